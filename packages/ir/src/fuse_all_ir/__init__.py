@@ -1,0 +1,24 @@
+"""fuse_all_ir: the loop-level IR. ATen graph -> lower -> fuse -> schedule -> `Program`.
+
+Codegens consume `Program`/`Kernel` (see `program.py` for the exact semantics) and plug into the host
+program renderer through `KernelTarget`.
+"""
+from .__about__ import __version__
+from .api import Compiled, lower, lowered_ops
+from .printing import format_kernel, format_lowered, format_program
+from .dtypes import UnsupportedDtype, dtype_name, torch_dtype
+from .host import KernelTarget, load_host_program, render_host_program
+from .program import (
+    BINARY_OPS, DTYPES, OP_ARITY, REDUCTION_OPS, TERNARY_OPS, UNARY_OPS,
+    Alloc, BufferRef, Compute, Const, ExternCall, Free, GraphInput, IndexValue, Kernel, KernelCall, Load, Loop,
+    Origin, Program, Reduce, Store, TensorSpec,
+)
+from .symbolic import FloorDiv, ModularIndexing, rvar, size_symbol, xvar
+
+__all__ = [
+    "__version__", "Compiled", "lower", "lowered_ops", "format_kernel", "format_lowered", "format_program", "UnsupportedDtype", "dtype_name", "torch_dtype", "KernelTarget", "load_host_program",
+    "render_host_program", "BINARY_OPS", "DTYPES", "OP_ARITY", "REDUCTION_OPS", "TERNARY_OPS", "UNARY_OPS",
+    "Alloc", "BufferRef", "Compute", "Const", "ExternCall", "Free", "GraphInput", "IndexValue", "Kernel",
+    "KernelCall", "Load", "Loop", "Origin", "Program", "Reduce", "Store", "TensorSpec", "FloorDiv",
+    "ModularIndexing", "rvar", "size_symbol", "xvar",
+]

@@ -1,0 +1,28 @@
+"""The IR stage's entry point: an ATen FX graph in, a scheduled `Program` out."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import lowerings_pointwise, lowerings_reduce, lowerings_view  # noqa: F401  (register lowerings)
+from .lowering import LOWERINGS, GraphLowering
+from .nodes import LoweredGraph
+from .program import Program
+from .schedule import schedule
+
+
+@dataclass
+class Compiled:
+    lowered: LoweredGraph      # the IR before fusion
+    program: Program           # after fusion and scheduling
+
+
+def lower(gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", device: str | None = None) -> Compiled:
+    lowered = GraphLowering(gm, example_inputs, graph_id, device).run()
+    return Compiled(lowered, schedule(lowered))
+
+
+def lowered_ops() -> list[str]:
+    """Names of the ATen overloads that lower to fused code (everything else runs in ATen)."""
+    return sorted({str(op) for op in LOWERINGS})

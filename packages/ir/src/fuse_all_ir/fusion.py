@@ -1,0 +1,162 @@
+"""The fusion pass: group the lowered graph's compute nodes into kernels.
+
+Legality (here): iteration spaces must match (equal, or an outer x reduction split of the group's space),
+the group must stay acyclic with the rest of the graph, and the kernel must build (`kernelgen`). Heuristics
+(`choices`): which producer group to try first and when a kernel is big enough. Every producer/consumer
+pair left in different kernels gets a reason in the report.
+"""
+from __future__ import annotations
+
+import sympy
+
+from . import choices
+from .kernelgen import Group, IllegalFusion, KernelBuilder, iteration_ranges
+from .nodes import E, LoweredGraph, Node
+from .report import FusionReport
+
+
+def expression_reads(node: Node) -> set:
+    """Buffers a compute node's expression loads."""
+    probe = [sympy.Symbol(f"_p{i}", integer=True, nonnegative=True) for i in range(len(node.spec.size))]
+    if node.kind == "reduction":
+        red = [sympy.Symbol(f"_q{i}", integer=True, nonnegative=True) for i in range(len(node.reduction_size))]
+        root = node.body(probe, red)
+    else:
+        root = node.body(probe)
+    reads, seen, stack = set(), set(), [root]
+    while stack:
+        e = stack.pop()
+        if not isinstance(e, E) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if e.kind == "load":
+            reads.add(e.buffer)
+        stack.extend(a for a in e.args if a is not None)
+    return reads
+
+
+def live_nodes(lowered: LoweredGraph) -> list:
+    """Nodes reachable from the outputs and ATen calls, in topological order (dead code dropped)."""
+    roots = [o.name for o in lowered.outputs if hasattr(o, "name")]
+    roots += [n.name for n in lowered.nodes.values() if n.kind == "extern"]
+    live, stack = set(), list(roots)
+    while stack:
+        name = stack.pop()
+        if name in live:
+            continue
+        live.add(name)
+        stack.extend(lowered.nodes[name].reads)
+    return [n for n in lowered.nodes.values() if n.name in live]
+
+
+class FusionPass:
+    def __init__(self, lowered: LoweredGraph):
+        self.lowered = lowered
+        self.nodes = lowered.nodes
+        for node in self.nodes.values():
+            if node.is_compute:
+                node.reads = expression_reads(node)
+        self.order = live_nodes(lowered)
+        self.group_of: dict[str, Group] = {}
+        self.report = FusionReport()
+        self.rejected_pairs: dict = {}
+
+    def run(self) -> list[Group]:
+        groups: list[Group] = []
+        for node in self.order:
+            if not node.is_compute:
+                continue
+            group = self._fuse_into_producer(node)
+            if group is None:
+                outer, red = iteration_ranges(node)
+                group = Group(outer, red, [node])
+                groups.append(group)
+            self.group_of[node.name] = group
+        self._record_unfused_edges()
+        return groups
+
+    def _fuse_into_producer(self, node: Node) -> Group | None:
+        candidates = []
+        for r in node.reads:
+            g = self.group_of.get(r)
+            if g is not None and all(g is not c for c in candidates):
+                candidates.append(g)
+        for group in choices.candidate_order(node, candidates, self._shared_reads):
+            reason, merged = self._try(group, node)
+            if reason is None:
+                group.outer, group.reduction, group.members = merged.outer, merged.reduction, merged.members
+                return group
+            for producer in group.members:
+                if producer.name in node.reads:
+                    self.rejected_pairs.setdefault((producer.name, node.name), reason)
+        return None
+
+    def _shared_reads(self, group: Group, node: Node) -> int:
+        group_reads = set().union(*(m.reads for m in group.members)) | group.names
+        return len(group_reads & node.reads)
+
+    def _try(self, group: Group, node: Node):
+        space = group.space_of(node)
+        if space is None:
+            outer, red = iteration_ranges(node)
+            return (f"different iteration spaces: {_fmt(outer, red)} vs {_fmt(group.outer, group.reduction)}",
+                    None)
+        if space == "regroup":
+            outer, red = iteration_ranges(node)
+            merged = Group(outer, red, group.members + [node])
+        else:
+            merged = Group(group.outer, group.reduction, group.members + [node])
+        if self._creates_cycle(group, node):
+            return "fusing would create a cycle through another kernel or ATen call", None
+        try:
+            kernel = KernelBuilder(merged, self.nodes, merged.names, "probe").build()
+        except IllegalFusion as exc:
+            return str(exc), None
+        veto = choices.should_fuse(group, node, kernel)
+        return veto, merged
+
+    def _unit(self, name: str):
+        return self.group_of.get(name, name)
+
+    def _creates_cycle(self, group: Group, node: Node) -> bool:
+        """True when one of `node`'s dependencies outside `group` itself depends on `group`."""
+        target = id(group)
+        seen = set()
+        stack = [self._unit(r) for r in node.reads if r not in group.names]
+        while stack:
+            unit = stack.pop()
+            key = id(unit) if isinstance(unit, Group) else unit
+            if key in seen:
+                continue
+            seen.add(key)
+            if key == target:
+                return True
+            members = unit.members if isinstance(unit, Group) else [self.nodes[unit]]
+            for m in members:
+                for r in m.reads:
+                    dep = self._unit(r)
+                    if dep is not unit:
+                        stack.append(dep)
+        return False
+
+    def _record_unfused_edges(self):
+        for node in self.order:
+            for r in sorted(node.reads):
+                producer = self.nodes[r]
+                if producer.kind == "input":
+                    continue
+                if node.is_compute and producer.is_compute:
+                    if self.group_of[r] is self.group_of[node.name]:
+                        continue
+                    reason = self.rejected_pairs.get((r, node.name),
+                                                     "producer's kernel was closed by an earlier choice")
+                elif node.kind == "extern":
+                    reason = f"consumer is an ATen call ({node.extern.target}): it reads the buffer from memory"
+                else:
+                    reason = f"producer is an ATen call ({producer.extern.target}): its result is read from memory"
+                self.report.reject(r, node.name, reason, tuple(producer.origins) + tuple(node.origins))
+
+
+def _fmt(outer, red) -> str:
+    text = "(" + ", ".join(str(s) for s in outer) + ")"
+    return text + (" x reduce (" + ", ".join(str(s) for s in red) + ")" if red else "")

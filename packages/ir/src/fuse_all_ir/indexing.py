@@ -1,0 +1,68 @@
+"""Range-aware simplification of index expressions.
+
+Views compose into `FloorDiv`/`ModularIndexing` chains (a reshape flattens then unflattens). Knowing each
+loop variable's range removes most of them again, so kernels index with plain multiply-adds.
+"""
+from __future__ import annotations
+
+import sympy
+
+from .symbolic import FloorDiv, ModularIndexing
+
+
+def upper_bound(expr, ranges: dict):
+    """An upper bound of a non-negative index expression, or None when unknown."""
+    if expr.is_Integer:
+        return expr
+    if expr.is_Symbol:
+        if expr in ranges:
+            return ranges[expr] - 1
+        return expr  # a size symbol bounds itself
+    if expr.is_Add:
+        parts = [upper_bound(a, ranges) for a in expr.args]
+        return None if any(p is None for p in parts) else sympy.Add(*parts)
+    if expr.is_Mul:
+        coeff, rest = expr.as_coeff_Mul()
+        if coeff < 0:
+            return None
+        bounds = [upper_bound(a, ranges) for a in sympy.Mul.make_args(rest)]
+        return None if any(b is None for b in bounds) else coeff * sympy.Mul(*bounds)
+    if isinstance(expr, FloorDiv):
+        b = upper_bound(expr.args[0], ranges)
+        return None if b is None else FloorDiv(b, expr.args[1])
+    if isinstance(expr, ModularIndexing):
+        return expr.args[2] - 1
+    return None
+
+
+def _known_less(a, b) -> bool:
+    """True when a < b is certain (sizes are positive integers)."""
+    if a is None:
+        return False
+    diff = sympy.expand(b - a)
+    return bool(diff.is_positive)
+
+
+def simplify_index(expr, ranges: dict):
+    expr = sympy.sympify(expr)
+    if not expr.has(FloorDiv, ModularIndexing):
+        return expr
+
+    def rewrite(e):
+        if not e.args:
+            return e
+        args = [rewrite(a) for a in e.args]
+        e = e.func(*args) if any(a is not b for a, b in zip(args, e.args)) else e
+        if isinstance(e, FloorDiv):
+            base, div = e.args
+            if _known_less(upper_bound(base, ranges), div):
+                return sympy.Integer(0)
+        elif isinstance(e, ModularIndexing):
+            base, div, mod = e.args
+            bound = upper_bound(base, ranges)
+            if _known_less(bound, div * mod):
+                return FloorDiv(base, div) if div != 1 else base
+            if _known_less(bound, div):
+                return sympy.Integer(0)
+        return e
+    return rewrite(expr)

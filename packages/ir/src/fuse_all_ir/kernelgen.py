@@ -1,0 +1,221 @@
+"""Turn a fusion group (nodes sharing one iteration space) into a `Kernel` of SSA statements.
+
+Building a kernel is also the final word on legality: a group whose values can't be wired together (a
+reduction result read at another row, a strided view of an in-kernel value) raises `IllegalFusion` with the
+reason, and the fusion pass keeps the nodes apart.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from .indexing import simplify_index
+from .nodes import E, Node
+from .program import Compute, Const, IndexValue, Kernel, Load, Loop, Reduce, Store
+from .symbolic import free_size_symbols, rvar, xvar
+from .lowerings_view import _mask_loads
+
+
+class IllegalFusion(Exception):
+    pass
+
+
+def iteration_ranges(node: Node) -> tuple[tuple, tuple]:
+    """(outer, reduction) ranges of a node's own loops, outer in storage (iteration) order."""
+    if node.kind == "reduction":
+        return tuple(node.spec.size), tuple(node.reduction_size)
+    return tuple(node.spec.size[d] for d in node.iter_order), ()
+
+
+@dataclass
+class Group:
+    outer: tuple
+    reduction: tuple = ()
+    members: list = field(default_factory=list)   # Nodes in topological order
+
+    @property
+    def names(self) -> set:
+        return {m.name for m in self.members}
+
+    def space_of(self, node: Node) -> str | None:
+        """'red' (runs over the reduction space), 'scalar' (once per outer point), or None (doesn't fit)."""
+        outer, red = iteration_ranges(node)
+        if node.kind == "reduction":
+            if not self.reduction and _same(outer + red, self.outer) and all(
+                    m.kind != "reduction" for m in self.members):
+                return "regroup"
+            return "red" if _same(outer, self.outer) and _same(red, self.reduction) else None
+        if self.reduction and _same(outer, self.outer + self.reduction):
+            return "red"
+        if _same(outer, self.outer):
+            return "scalar"
+        return None
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(sympy.simplify(x - y) == 0 if x != y else True for x, y in zip(a, b))
+
+
+def node_index(group: Group, node: Node):
+    """The node's logical index (and reduction index) in the group's loop variables."""
+    n_outer = len(group.outer)
+    if node.kind == "reduction":
+        return [xvar(k) for k in range(len(node.spec.size))], [rvar(k) for k in range(len(node.reduction_size))]
+    space = group.space_of(node)
+    loop_vars = [xvar(k) for k in range(n_outer)]
+    if space == "red":
+        loop_vars += [rvar(k) for k in range(len(group.reduction))]
+    index = [None] * len(node.spec.size)
+    for position, dim in enumerate(node.iter_order):
+        index[dim] = loop_vars[position]
+    return index, None
+
+
+def store_index(node: Node, index) -> sympy.Expr:
+    return node.spec.offset + sum((i * s for i, s in zip(index, node.spec.stride)), sympy.Integer(0))
+
+
+class KernelBuilder:
+    def __init__(self, group: Group, nodes: dict, stored: set, name: str):
+        self.group, self.nodes, self.stored, self.name = group, nodes, stored, name
+        self.members = {m.name: m for m in group.members}
+        self.ranges = {xvar(k): n for k, n in enumerate(group.outer)}
+        self.ranges.update({rvar(k): n for k, n in enumerate(group.reduction)})
+        self.reduced: dict[str, str] = {}       # reduction member -> SSA name of its result
+        self.depth = self._depths()
+        self.origins: list = []
+        self._counter = 0
+
+    def _depths(self) -> dict:
+        depth = {}
+        for m in self.group.members:
+            d = 0
+            for r in m.reads:
+                if r in self.members:
+                    d = max(d, depth[r] + (1 if self.members[r].kind == "reduction" else 0))
+            depth[m.name] = d
+        return depth
+
+    def build(self) -> Kernel:
+        phases = self._phases()
+        loops = []
+        for (over_reduction, depth), members in phases:
+            self.phase_depth, self.phase_is_red = depth, over_reduction
+            self.body, self.cse = [], {}
+            for m in members:
+                self._emit_member(m)
+            if self.body:
+                loops.append(Loop(over_reduction, self.body))
+        if not self.group.reduction:
+            loops = [Loop(False, [s for loop in loops for s in loop.body])]
+        return self._kernel(loops)
+
+    def _phases(self):
+        """Members by phase: scalar0, red0, scalar1, red1, ... A reduction's stored result goes into the
+        scalar phase after it."""
+        slots: dict = {}
+        for m in self.group.members:
+            d = self.depth[m.name]
+            if m.kind == "reduction":
+                slots.setdefault((True, d), []).append(("reduce", m))
+                if m.name in self.stored:
+                    slots.setdefault((False, d + 1), []).append(("store_reduced", m))
+            elif self.group.space_of(m) == "red":
+                slots.setdefault((True, d), []).append(("pointwise", m))
+            else:
+                slots.setdefault((False, d), []).append(("pointwise", m))
+        return sorted(slots.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+
+    def _emit_member(self, item):
+        what, m = item
+        self.origins.extend(m.origins)
+        if what == "reduce":
+            outer_index, red_index = node_index(self.group, m)
+            value = self.emit(m.body(outer_index, red_index))
+            name = self._new()
+            dtype = m.spec.dtype
+            self.body.append(Reduce(name, m.reduction_op, value, dtype))
+            self.reduced[m.name] = name
+        elif what == "store_reduced":
+            outer_index, _ = node_index(self.group, m)
+            self.body.append(Store(m.name, self._simplify(store_index(m, outer_index)), self.reduced[m.name]))
+        elif m.name in self.stored:
+            index, _ = node_index(self.group, m)
+            value = self.emit(m.body(index))
+            self.body.append(Store(m.name, self._simplify(store_index(m, index)), value))
+
+    def _new(self) -> str:
+        self._counter += 1
+        return f"t{self._counter}"
+
+    def _simplify(self, expr):
+        return simplify_index(expr, self.ranges)
+
+    def _add(self, key, make):
+        if key in self.cse:
+            return self.cse[key]
+        name = self._new()
+        self.body.append(make(name))
+        self.cse[key] = name
+        return name
+
+    def emit(self, e: E) -> str:
+        if e.origin is not None:
+            self.origins.append(e.origin)
+        if e.kind == "const":
+            return self._add(("const", repr(e.value), e.dtype), lambda n: Const(n, e.value, e.dtype))
+        if e.kind == "index":
+            expr = self._simplify(e.index)
+            return self._add(("index", expr, e.dtype), lambda n: IndexValue(n, expr, e.dtype))
+        if e.kind == "op":
+            args = tuple(self.emit(a) for a in e.args)
+            return self._add(("op", e.op, args, e.dtype), lambda n: Compute(n, e.op, args, e.dtype))
+        if e.kind == "load":
+            return self._emit_load(e)
+        raise IllegalFusion(f"unknown expression kind {e.kind}")
+
+    def _emit_load(self, e: E) -> str:
+        member = self.members.get(e.buffer)
+        if member is None:
+            mask = self.emit(e.args[0]) if e.args else None
+            index = self._simplify(e.index)
+            return self._add(("load", e.buffer, index, mask, repr(e.value)),
+                             lambda n: Load(n, e.buffer, index, e.dtype, mask, e.value))
+        if member.kind == "reduction":
+            return self._reduced_value(member, e)
+        if e.logical is None:
+            raise IllegalFusion(f"{e.buffer} is read through a strided view inside the kernel")
+        inlined = member.body(list(e.logical))
+        if e.args:
+            inlined = _mask_loads(inlined, e.args[0], {})
+        return self.emit(inlined)
+
+    def _reduced_value(self, member: Node, e: E) -> str:
+        if member.name not in self.reduced:
+            raise IllegalFusion(f"{member.name} is read before its reduction finished")
+        outer_index, _ = node_index(self.group, member)
+        expected = self._simplify(store_index(member, outer_index))
+        if sympy.simplify(self._simplify(e.index) - expected) != 0:
+            raise IllegalFusion(f"reads reduction {member.name} of another row ({e.index} vs {expected})")
+        if self.phase_is_red is False and any(s.name.startswith("r") for s in e.index.free_symbols):
+            raise IllegalFusion(f"reads reduction {member.name} with a reduction index")
+        return self.reduced[member.name]
+
+    def _kernel(self, loops) -> Kernel:
+        reads, writes, symbols = [], [], set()
+        for loop in loops:
+            for s in loop.body:
+                if isinstance(s, Load) and s.buffer not in reads:
+                    reads.append(s.buffer)
+                if isinstance(s, Store) and s.buffer not in writes:
+                    writes.append(s.buffer)
+                for expr in (getattr(s, "index", None), getattr(s, "expr", None)):
+                    if expr is not None:
+                        symbols |= free_size_symbols(expr)
+        for n in self.group.outer + self.group.reduction:
+            symbols |= free_size_symbols(n)
+        origins = tuple(dict.fromkeys(self.origins))
+        return Kernel(self.name, tuple(self.group.outer), tuple(self.group.reduction), loops, tuple(reads),
+                      tuple(writes), tuple(sorted(symbols, key=lambda s: s.name)), origins,
+                      tuple(m.name for m in self.group.members))

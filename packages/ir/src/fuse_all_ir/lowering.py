@@ -1,0 +1,443 @@
+"""ATen FX graph -> `LoweredGraph`: walk the nodes, lower each op through the lowering table, fall back
+to an ATen call for everything else."""
+from __future__ import annotations
+
+import dataclasses
+import operator
+import os
+
+import sympy
+import torch
+import torch.fx
+
+from . import dtypes
+from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, load
+from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
+from .symbolic import free_size_symbols
+
+LOWERINGS: dict = {}
+
+
+class Unsupported(Exception):
+    """Raised by a lowering that can't handle these arguments; the op then runs in ATen."""
+
+
+def lowers(*targets):
+    def register(fn):
+        for target in targets:
+            if target is None:
+                continue
+            for overload in _overloads(target):
+                LOWERINGS[overload] = fn
+        return fn
+    return register
+
+
+def _overloads(target):
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return [getattr(target, name) for name in target.overloads()]
+    return [target]
+
+
+# ---- symbolic values --------------------------------------------------------------------------------
+
+def sym(value):
+    """A python int / SymInt / SymFloat / sympy value -> sympy expression (ints stay ints)."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return value.node.expr
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return sympy.Integer(value)
+    return value
+
+
+def contiguous_strides(size) -> tuple:
+    strides, running = [], sympy.Integer(1)
+    for n in reversed(size):
+        strides.append(running)
+        running = running * n
+    return tuple(reversed(strides))
+
+
+def spec_of(fake, device: str) -> TensorSpec:
+    return TensorSpec(dtype=_dtype_str(fake.dtype), size=tuple(sym(s) for s in fake.shape),
+                      stride=tuple(sym(s) for s in fake.stride()), offset=sympy.Integer(0), device=device)
+
+
+def _dtype_str(dtype: torch.dtype) -> str:
+    try:
+        return dtypes.dtype_name(dtype)
+    except dtypes.UnsupportedDtype:
+        return str(dtype).replace("torch.", "")
+
+
+def strided_loader(buffer: str, size, stride, offset, dtype: str, whole_buffer: bool = False):
+    """Loads of `buffer` through a strided view. For a whole buffer the load also records the logical
+    index, which lets the fusion pass recompute an in-kernel value instead of reading memory."""
+    stride, offset = tuple(stride), sympy.sympify(offset)
+
+    def loader(index):
+        flat = offset + sum((i * s for i, s in zip(index, stride)), sympy.Integer(0))
+        return load(buffer, flat, dtype, logical=index if whole_buffer else None)
+    return loader
+
+
+def buffer_value(buffer: str, spec: TensorSpec) -> Value:
+    loader = strided_loader(buffer, spec.size, spec.stride, spec.offset, spec.dtype, whole_buffer=True)
+    return Value(spec.size, spec.dtype, loader, view=View(buffer, spec.size, spec.stride, spec.offset))
+
+
+# ---- the walker ------------------------------------------------------------------------------------
+
+class GraphLowering:
+    """Lowers one ATen graph. Lowering functions receive this object as `g` to realize values, make
+    reduction nodes and fall back to ATen."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, graph_id: str, device: str | None = None):
+        self.gm = gm
+        self.example_inputs = list(example_inputs)
+        self.graph_id = graph_id
+        self.device = device or _guess_device(gm, example_inputs)
+        self.nodes: dict[str, Node] = {}
+        self.externs: list[ExternCall] = []
+        self.inputs: list[GraphInput] = []
+        self.size_symbols: dict = {}
+        self.size_hints: dict = {}
+        self.fallbacks: list = []
+        self.inlined: list = []
+        self.env: dict = {}
+        self._counter = 0
+        self.current: torch.fx.Node | None = None
+
+    def new_name(self, prefix="buf") -> str:
+        self._counter += 1
+        return f"{prefix}{self._counter}"
+
+    # -- realization
+    def realize(self, value: Value, stride=None) -> str:
+        """Make `value` a buffer; afterwards `value` loads from it. Returns the buffer name."""
+        if value.view is not None:
+            node = self.nodes[value.view.buffer]
+            v = value.view
+            if (tuple(v.size) == tuple(node.spec.size) and tuple(v.stride) == tuple(node.spec.stride)
+                    and v.offset == node.spec.offset and (stride is None or tuple(stride) == tuple(v.stride))):
+                return v.buffer
+        stride = tuple(stride) if stride is not None else contiguous_strides(value.size)
+        if any(s == 0 for s in stride) or len(stride) != len(value.size):
+            stride = contiguous_strides(value.size)
+        spec = TensorSpec(value.dtype, tuple(value.size), stride, sympy.Integer(0), self.device)
+        name = self.new_name()
+        order = tuple(sorted(range(len(stride)), key=lambda d: (-_stride_rank(stride[d]), d)))
+        self.nodes[name] = Node(name, "pointwise", spec, body=value.loader, iter_order=order,
+                                origins=self._origins())
+        fresh = buffer_value(name, spec)
+        value.loader, value.view = fresh.loader, fresh.view
+        return name
+
+    def reduction(self, value: Value, dims, op: str, dtype: str, keepdim: bool = False) -> Value:
+        dims = sorted({d % max(value.ndim, 1) for d in dims}) if value.ndim else []
+        outer_dims = [d for d in range(value.ndim) if d not in dims]
+        outer_size = tuple(value.size[d] for d in outer_dims)
+        red_size = tuple(value.size[d] for d in dims)
+        loader = value.loader
+
+        def body(outer_index, red_index):
+            index = [None] * value.ndim
+            for d, i in zip(outer_dims, outer_index):
+                index[d] = i
+            for d, i in zip(dims, red_index):
+                index[d] = i
+            return loader(index)
+
+        spec = TensorSpec(dtype, outer_size, contiguous_strides(outer_size), sympy.Integer(0), self.device)
+        name = self.new_name()
+        self.nodes[name] = Node(name, "reduction", spec, body=body, reduction_size=red_size, reduction_op=op,
+                                iter_order=tuple(range(len(outer_size))), origins=self._origins())
+        result = buffer_value(name, spec)
+        if not keepdim:
+            return result
+        from .lowerings_view import unsqueeze_dims
+        return unsqueeze_dims(result, dims)
+
+    def _origins(self) -> tuple:
+        origin = CURRENT_ORIGIN.get()
+        return (origin,) if origin is not None else ()
+
+    # -- fallback to ATen
+    def extern(self, node: torch.fx.Node, reason: str):
+        args = torch.fx.node.map_aggregate(node.args, self._extern_arg)
+        kwargs = torch.fx.node.map_aggregate(node.kwargs, self._extern_arg)
+        val = node.meta.get("val")
+        single = not isinstance(val, (tuple, list))
+        vals = [val] if single else list(val)
+        outputs, specs = [], []
+        for v in vals:
+            if isinstance(v, torch.Tensor):
+                outputs.append(self.new_name())
+                specs.append(spec_of(v, self.device))
+            else:
+                outputs.append(None)
+                specs.append(None)
+        call = ExternCall(target=_target_name(node.target), args=tuple(args), kwargs=dict(kwargs),
+                          outputs=tuple(outputs), out_specs=tuple(specs), origins=self._origins(), reason=reason,
+                          single_result=single)
+        self.externs.append(call)
+        self.fallbacks.append((call.target, reason))
+        reads = {a.name for a in _refs(args) + _refs(kwargs)}
+        results = []
+        anchor = outputs[0] if outputs and outputs[0] else self.new_name("extern")
+        for i, (name, spec) in enumerate(zip(outputs, specs)):
+            if name is None:
+                results.append(None)
+                continue
+            self.nodes[name] = Node(name, "extern", spec, extern=call, origins=call.origins, reads=reads)
+            results.append(buffer_value(name, spec))
+        if not any(outputs):
+            self.nodes[anchor] = Node(anchor, "extern", None, extern=call, origins=call.origins, reads=reads)
+        return results[0] if single else tuple(results)
+
+    def _extern_arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            value = self.env[a.name]
+            if isinstance(value, Value):
+                return self.as_ref(value)
+            return value
+        return a
+
+    def as_ref(self, value: Value) -> BufferRef:
+        """An ATen call's tensor argument: a strided view of a buffer when possible, else a new buffer."""
+        if value.view is None:
+            self.realize(value)
+        v = value.view
+        node = self.nodes[v.buffer]
+        if (tuple(v.size) == tuple(node.spec.size) and tuple(v.stride) == tuple(node.spec.stride)
+                and v.offset == node.spec.offset):
+            return BufferRef(v.buffer)
+        return BufferRef(v.buffer, TensorSpec(value.dtype, tuple(v.size), tuple(v.stride), v.offset, self.device))
+
+    # -- the walk
+    def run(self) -> LoweredGraph:
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        for i, (node, example) in enumerate(zip(placeholders, self.example_inputs)):
+            self._lower_placeholder(i, node, example)
+        outputs = []
+        for node in self.gm.graph.nodes:
+            if node.op == "call_function":
+                self.current = node
+                token = CURRENT_ORIGIN.set(origin_of(node))
+                try:
+                    self.env[node.name] = self._lower_call(node)
+                finally:
+                    CURRENT_ORIGIN.reset(token)
+            elif node.op == "output":
+                outputs = [self._lower_output(a) for a in node.args[0]]
+            elif node.op != "placeholder":
+                raise Unsupported(f"fx node kind {node.op}")
+        return LoweredGraph(self.graph_id, self.device, self.inputs, self.nodes, self.externs, outputs,
+                            self.size_symbols, self.size_hints, self.fallbacks, self.inlined)
+
+    def _lower_placeholder(self, i, node, example):
+        name = f"arg{i}"
+        val = node.meta.get("val", example)
+        if isinstance(val, torch.Tensor):
+            spec = spec_of(val, self.device)
+            self.inputs.append(GraphInput(name, "tensor", spec=spec))
+            self.nodes[name] = Node(name, "input", spec)
+            self.env[node.name] = buffer_value(name, spec)
+            for d, s in enumerate(spec.size):
+                if isinstance(s, sympy.Symbol) and s not in self.size_symbols:
+                    self.size_symbols[s] = f"{name}.size({d})"
+            for d, s in enumerate(spec.stride):
+                if isinstance(s, sympy.Symbol) and s not in self.size_symbols:
+                    self.size_symbols[s] = f"{name}.stride({d})"
+        elif isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+            expr = sym(val)
+            self.inputs.append(GraphInput(name, "symint", symbol=expr))
+            if isinstance(expr, sympy.Symbol):
+                self.size_symbols.setdefault(expr, name)
+            self.env[node.name] = expr
+        else:
+            self.inputs.append(GraphInput(name, "other"))
+            self.env[node.name] = name  # passed through opaquely to ATen calls
+        self._record_hints(val)
+
+    def _record_hints(self, val):
+        values = [val] if not isinstance(val, torch.Tensor) else list(val.shape) + list(val.stride())
+        for v in values:
+            if isinstance(v, torch.SymInt):
+                shape_env = v.node.shape_env
+                for s in free_size_symbols(v.node.expr):
+                    hint = shape_env.var_to_val.get(s)
+                    if hint is not None:
+                        self.size_hints[s] = int(hint)
+
+    def _lower_call(self, node):
+        target = node.target
+        if target is operator.getitem:
+            container = self.env[node.args[0].name]
+            return container[node.args[1]]
+        if not isinstance(target, torch._ops.OpOverload):
+            return self._lower_python_op(node)
+        lowering = LOWERINGS.get(target)
+        reason = _unlowerable_reason(node)
+        if lowering is None and reason is None:
+            reason = f"{_target_name(target)} has no lowering"
+        if reason is None:
+            args = torch.fx.node.map_arg(node.args, lambda n: self.env[n.name])
+            kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n.name])
+            try:
+                result = _tag_origins(lowering(self, *args, **kwargs), CURRENT_ORIGIN.get())
+                self._maybe_realize(node, result)
+                return result
+            except (Unsupported, dtypes.UnsupportedDtype, NotImplementedError) as exc:
+                reason = f"{_target_name(target)}: {exc}"
+        return self.extern(node, reason)
+
+    def _lower_python_op(self, node):
+        """Arithmetic on SymInts (sizes), e.g. operator.mul / sym_size."""
+        args = [self.env[a.name] if isinstance(a, torch.fx.Node) else sym(a) for a in node.args]
+        val = node.meta.get("val")
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return val.node.expr
+        if isinstance(val, (int, float, bool)):
+            return val
+        try:
+            return node.target(*args)
+        except Exception as exc:  # noqa: BLE001 - anything else is an op we don't model
+            raise Unsupported(f"python op {node.target}: {exc}") from exc
+
+    def _maybe_realize(self, node, result):
+        """A value read by several consumers becomes a buffer (the fusion pass may still put producer and
+        consumers into one kernel); a value read once stays an expression inside its consumer."""
+        if not isinstance(result, Value) or result.view is not None:
+            return
+        users = len(node.users)
+        if users > 1 or _expr_size(result) > 64:
+            val = node.meta.get("val")
+            stride = [sym(s) for s in val.stride()] if isinstance(val, torch.Tensor) else None
+            self.realize(result, stride)
+        else:
+            self.inlined.append((_target_name(node.target), CURRENT_ORIGIN.get()))
+
+    def _lower_output(self, arg):
+        if arg is None:
+            return None
+        if not isinstance(arg, torch.fx.Node):
+            return sym(arg)
+        value = self.env[arg.name]
+        if isinstance(value, Value):
+            val = arg.meta.get("val")
+            stride = [sym(s) for s in val.stride()] if isinstance(val, torch.Tensor) else None
+            name = self.realize(value, stride)
+            spec = self.nodes[name].spec
+            if stride is not None and tuple(stride) != tuple(spec.stride):
+                return BufferRef(name, TensorSpec(value.dtype, tuple(value.size), tuple(value.view.stride),
+                                                  value.view.offset, self.device))
+            return BufferRef(name)
+        if value is None or isinstance(value, (sympy.Basic, int, float, bool)):
+            return value
+        raise Unsupported(f"graph output of type {type(value).__name__}")
+
+
+def _tag_origins(result, origin):
+    """Expressions are built lazily (when kernels are generated), so each value remembers the op it came
+    from and stamps it on the expression it returns."""
+    if origin is None:
+        return result
+    if isinstance(result, (tuple, list)):
+        return type(result)(_tag_origins(r, origin) for r in result)
+    if not isinstance(result, Value) or result.origin is not None:
+        return result
+    inner = result.loader
+
+    def loader(index):
+        e = inner(index)
+        return e if e.origin is not None else dataclasses.replace(e, origin=origin)
+    return Value(result.size, result.dtype, loader, result.view, origin)
+
+
+def _expr_size(value: Value) -> int:
+    """Rough op count of a value's expression, to stop inlining from growing without bound."""
+    try:
+        expr = value.loader([sympy.Symbol(f"_i{d}", integer=True, nonnegative=True) for d in range(value.ndim)])
+    except Exception:  # noqa: BLE001 - a loader that can't be probed is treated as large
+        return 1 << 30
+    seen, stack = set(), [expr]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen or not isinstance(e, E):
+            continue
+        seen.add(id(e))
+        stack.extend(a for a in e.args if a is not None)
+    return len(seen)
+
+
+def _stride_rank(stride):
+    try:
+        return int(stride)
+    except TypeError:
+        return 1 << 40  # symbolic strides are large
+
+
+def _refs(tree) -> list:
+    out = []
+    torch.fx.node.map_aggregate(tree, lambda a: out.append(a) if isinstance(a, BufferRef) else None)
+    return out
+
+
+def _target_name(target) -> str:
+    name = str(target)
+    return name if name.startswith("aten.") or "." in name else f"{getattr(target, '__module__', '')}.{name}"
+
+
+def _unlowerable_reason(node) -> str | None:
+    """Dtype checks that apply to every lowering: complex and float8 have no codegen."""
+    vals = node.meta.get("val")
+    vals = vals if isinstance(vals, (tuple, list)) else [vals]
+    for arg in node.all_input_nodes:
+        vals.append(arg.meta.get("val"))
+    for v in vals:
+        if isinstance(v, torch.Tensor) and not dtypes.is_supported(v.dtype):
+            return f"dtype {v.dtype} has no fused codegen"
+    return None
+
+
+def origin_of(node: torch.fx.Node) -> Origin:
+    loc = node.meta.get("source_loc") or _parse_stack_trace(node.meta.get("stack_trace"))
+    target = _target_name(node.target)
+    if not loc:
+        return Origin(target, fx_node=node.name)
+    return Origin(target, loc.get("file"), loc.get("line"), loc.get("code"), node.name)
+
+
+def _parse_stack_trace(trace):
+    """Fallback when capture didn't attach `source_loc`: the innermost frame outside torch."""
+    if not trace:
+        return None
+    lines = trace.strip().splitlines()
+    torch_dir = os.path.dirname(torch.__file__)
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i].strip()
+        if line.startswith('File "'):
+            file = line.split('"')[1]
+            if file.startswith(torch_dir):
+                continue
+            try:
+                lineno = int(line.split(", line ")[1].split(",")[0])
+            except (IndexError, ValueError):
+                continue
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            return {"file": file, "line": lineno, "code": code}
+    return None
+
+
+def _guess_device(gm, example_inputs) -> str:
+    for v in example_inputs:
+        if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+            return str(v.device)
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+            return str(v.device)
+    return "cpu"

@@ -1,0 +1,225 @@
+"""Lowerings of reductions, and of the normalisations built from them (softmax, var/mean)."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from . import dtypes
+from .lowering import Unsupported, lowers, sym
+from .lowerings_pointwise import cast, operand_loader, out_dtype, pointwise
+from .nodes import Value, const, op
+
+aten = torch.ops.aten
+
+
+def _dims(x: Value, dim):
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(x.ndim))
+    if isinstance(dim, int):
+        dim = [dim]
+    return [d % max(x.ndim, 1) for d in dim]
+
+
+def _acc_dtype(dtype: str) -> str:
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
+def _as(x: Value, dtype: str) -> Value:
+    if x.dtype == dtype:
+        return x
+    return Value(x.size, dtype, lambda i: cast(x.loader(i), dtype), origin=x.origin)
+
+
+def reduce(g, x: Value, dim, op_name: str, keepdim=False, result: str | None = None) -> Value:
+    result = result or x.dtype
+    acc = _acc_dtype(result) if op_name not in ("argmax", "argmin") else "int64"
+    src = x if op_name in ("argmax", "argmin", "max", "min") else _as(x, acc)
+    if op_name in ("any", "all"):
+        src, acc = _as(x, "bool"), "bool"
+    if op_name in ("max", "min") and x.dtype != acc:
+        src = _as(x, acc)
+    if x.ndim == 0:
+        return _as(src, result) if op_name not in ("argmax", "argmin") else \
+            Value((), "int64", lambda i: const(0, "int64"))
+    reduced = g.reduction(src, _dims(x, dim), op_name, acc, keepdim)
+    return _as(reduced, result)
+
+
+@lowers(aten.sum.dim_IntList, aten.sum.default)
+def _sum(g, x, dim=None, keepdim=False, dtype=None):
+    return reduce(g, x, dim, "sum", keepdim, out_dtype(g, x.dtype))
+
+
+@lowers(aten.prod.dim_int, aten.prod.default)
+def _prod(g, x, dim=None, keepdim=False, dtype=None):
+    return reduce(g, x, dim, "prod", keepdim, out_dtype(g, x.dtype))
+
+
+@lowers(aten.mean.dim, aten.mean.default)
+def _mean(g, x, dim=None, keepdim=False, dtype=None):
+    result = out_dtype(g, x.dtype)
+    acc = _acc_dtype(result)
+    total = reduce(g, _as(x, acc), dim, "sum", keepdim, acc)
+    count = sympy.Mul(*[x.size[d] for d in _dims(x, dim)]) if x.ndim else sympy.Integer(1)
+    return _divide(total, count, result)
+
+
+def _divide(total: Value, count, result: str) -> Value:
+    acc = total.dtype
+    from .nodes import index_value
+
+    def loader(i):
+        n = const(float(count), acc) if count.is_number else cast(index_value(count), acc)
+        return cast(op("truediv", (total.loader(i), n), acc), result)
+    return Value(total.size, result, loader)
+
+
+@lowers(aten.amax.default, aten.amin.default)
+def _amax(g, x, dim=(), keepdim=False):
+    name = "max" if g.current.target is aten.amax.default else "min"
+    return reduce(g, x, dim, name, keepdim)
+
+
+@lowers(aten.max.default, aten.min.default)
+def _max_all(g, x):
+    name = "max" if g.current.target is aten.max.default else "min"
+    return reduce(g, x, None, name)
+
+
+@lowers(aten.max.dim, aten.min.dim)
+def _max_dim(g, x, dim, keepdim=False):
+    name = "max" if g.current.target is aten.max.dim else "min"
+    values = reduce(g, x, dim, name, keepdim)
+    indices = reduce(g, x, dim, "arg" + name, keepdim, "int64")
+    return values, indices
+
+
+@lowers(aten.argmax.default, aten.argmin.default)
+def _argmax(g, x, dim=None, keepdim=False):
+    name = "argmax" if g.current.target is aten.argmax.default else "argmin"
+    if dim is None:
+        from .lowerings_view import reshape
+        flat = reshape(x, [sympy.Mul(*x.size)]) if x.ndim != 1 else x
+        out = reduce(g, flat, [0], name, False, "int64")
+        if keepdim:
+            from .lowerings_view import unsqueeze_dims
+            return unsqueeze_dims(out, list(range(x.ndim)))
+        return out
+    return reduce(g, x, dim, name, keepdim, "int64")
+
+
+@lowers(aten.any.default, aten.any.dim, aten.any.dims, aten.all.default, aten.all.dim, aten.all.dims)
+def _any_all(g, x, dim=None, keepdim=False):
+    name = "any" if g.current.target in (aten.any.default, aten.any.dim, aten.any.dims) else "all"
+    return reduce(g, x, dim, name, keepdim, "bool")
+
+
+def _var_mean(g, x: Value, dim, correction, keepdim):
+    val = g.current.meta.get("val")
+    result = dtypes.dtype_name(val[0].dtype if isinstance(val, tuple) else val.dtype)
+    acc = _acc_dtype(result)
+    if not dtypes.is_float(acc):
+        raise Unsupported("var of a non-float tensor")
+    dims = _dims(x, dim)
+    var, mean = _var_mean_values(g, _as(x, acc), dims, acc, 1 if correction is None else correction)
+    if not keepdim:
+        from .lowerings_view import squeeze_dims
+        var, mean = squeeze_dims(var, dims), squeeze_dims(mean, dims)
+    return _as(var, result), _as(mean, result)
+
+
+@lowers(aten.var_mean.correction)
+def _var_mean_lowering(g, x, dim=None, *, correction=None, keepdim=False):
+    return _var_mean(g, x, dim, correction, keepdim)
+
+
+@lowers(aten.var.correction)
+def _var(g, x, dim=None, *, correction=None, keepdim=False):
+    return _var_mean(g, x, dim, correction, keepdim)[0]
+
+
+@lowers(aten._softmax.default, aten._log_softmax.default)
+def _softmax(g, x, dim, half_to_float=False):
+    log = g.current.target is aten._log_softmax.default
+    result = out_dtype(g, x.dtype)
+    acc = _acc_dtype(result)
+    xf = _as(x, acc)
+    dim = dim % max(x.ndim, 1)
+    row_max = reduce(g, xf, [dim], "max", True, acc)
+    max_load = operand_loader(row_max, x.size, acc)
+
+    def shifted(i):
+        m = max_load(i)
+        # rows that are all -inf give nan in torch too; keep the subtraction as eager does
+        return op("sub", (xf.loader(i), m), acc)
+    exp = Value(x.size, acc, lambda i: op("exp", (shifted(i),), acc))
+    total = reduce(g, exp, [dim], "sum", True, acc)
+    total_load = operand_loader(total, x.size, acc)
+    if log:
+        return Value(x.size, result, lambda i: cast(op("sub", (shifted(i), op("log", (total_load(i),), acc)), acc),
+                                                    result))
+    return Value(x.size, result, lambda i: cast(op("truediv", (exp.loader(i), total_load(i)), acc), result))
+
+
+@lowers(aten.native_layer_norm.default)
+def _layer_norm(g, x, normalized_shape, weight, bias, eps):
+    result = x.dtype
+    acc = _acc_dtype(result)
+    xf = _as(x, acc)
+    dims = list(range(x.ndim - len(normalized_shape), x.ndim))
+    var, mean = _var_mean_values(g, xf, dims, acc)
+    mean_load, var_load = operand_loader(mean, x.size, acc), operand_loader(var, x.size, acc)
+    w_load = operand_loader(weight, x.size, acc) if weight is not None else None
+    b_load = operand_loader(bias, x.size, acc) if bias is not None else None
+
+    def rstd_of(v):
+        return op("rsqrt", (op("add", (v, const(float(eps), acc)), acc),), acc)
+
+    def normalized(i):
+        y = op("mul", (op("sub", (xf.loader(i), mean_load(i)), acc), rstd_of(var_load(i))), acc)
+        if w_load is not None:
+            y = op("mul", (y, w_load(i)), acc)
+        if b_load is not None:
+            y = op("add", (y, b_load(i)), acc)
+        return cast(y, result)
+    out = Value(x.size, result, normalized)
+    rstd = Value(var.size, acc, lambda i: rstd_of(var.loader(i)))
+    return out, mean, rstd
+
+
+def _var_mean_values(g, xf: Value, dims, acc, correction=0):
+    """Two-pass variance and mean over `dims`, both with the reduced dims kept (size 1)."""
+    count = sympy.Mul(*[xf.size[d] for d in dims]) if xf.ndim else sympy.Integer(1)
+    mean = _divide(reduce(g, xf, dims, "sum", True, acc), count, acc)
+    mean_load = operand_loader(mean, xf.size, acc)
+
+    def centered_sq(i):
+        d = op("sub", (xf.loader(i), mean_load(i)), acc)
+        return op("mul", (d, d), acc)
+    squares = reduce(g, Value(xf.size, acc, centered_sq), dims, "sum", True, acc)
+    var = _divide(squares, sympy.Max(count - sym(correction), 0), acc)
+    return var, mean
+
+
+@lowers(aten._native_batch_norm_legit_no_training.default)
+def _batch_norm_inference(g, x, weight, bias, running_mean, running_var, momentum, eps):
+    acc = _acc_dtype(x.dtype)
+    from .lowerings_view import unsqueeze_dims
+
+    def per_channel(v):
+        return unsqueeze_dims(v, [0] + list(range(2, x.ndim))) if v is not None else None
+    params = [per_channel(v) for v in (running_mean, running_var, weight, bias)]
+
+    def bn(xv, mean, var, *wb):
+        y = op("mul", (op("sub", (xv, mean), acc),
+                       op("rsqrt", (op("add", (var, const(float(eps), acc)), acc),), acc)), acc)
+        wb = list(wb)
+        if weight is not None:
+            y = op("mul", (y, wb.pop(0)), acc)
+        if bias is not None:
+            y = op("add", (y, wb.pop(0)), acc)
+        return y
+    operands = [x] + [p for p in params if p is not None]
+    out = pointwise(g, bn, *operands, compute=acc, result=x.dtype)
+    empty = Value((sympy.Integer(0),), x.dtype, lambda i: const(0, x.dtype))
+    return out, empty, empty

@@ -1,0 +1,371 @@
+"""Views, concatenation, padding and constants: index arithmetic, never a copy.
+
+Every view keeps a `View` (strided description of a buffer) when it can, so an ATen call can take it
+directly; the expression path (the loader) is always exact, whatever the input's layout.
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from .lowering import Unsupported, contiguous_strides, lowers, sym
+from .lowerings_pointwise import cast, out_dtype
+from .nodes import Value, View, const, index_value, op
+from .symbolic import FloorDiv, ModularIndexing
+
+aten = torch.ops.aten
+
+
+def _view_of(x: Value, size, stride, offset) -> View | None:
+    return View(x.view.buffer, tuple(size), tuple(stride), offset) if x.view is not None else None
+
+
+def _dim(d, ndim):
+    return d % ndim if ndim else 0
+
+
+def permute(x: Value, dims) -> Value:
+    dims = [_dim(d, x.ndim) for d in dims]
+    inverse = [dims.index(i) for i in range(x.ndim)]
+    size = tuple(x.size[d] for d in dims)
+    view = _view_of(x, size, [x.view.stride[d] for d in dims], x.view.offset) if x.view else None
+    return Value(size, x.dtype, lambda idx: x.loader([idx[inverse[i]] for i in range(x.ndim)]), view)
+
+
+def unsqueeze_dims(x: Value, dims) -> Value:
+    """Insert size-1 dims at the given positions of the result."""
+    ndim = x.ndim + len(dims)
+    dims = sorted(_dim(d, ndim) for d in dims)
+    size, stride, keep = [], [], []
+    src = 0
+    for d in range(ndim):
+        if d in dims:
+            size.append(sympy.Integer(1))
+            stride.append(sympy.Integer(1))
+        else:
+            size.append(x.size[src])
+            stride.append(x.view.stride[src] if x.view else None)
+            keep.append(d)
+            src += 1
+    view = _view_of(x, size, stride, x.view.offset) if x.view else None
+    return Value(tuple(size), x.dtype, lambda idx: x.loader([idx[d] for d in keep]), view)
+
+
+def squeeze_dims(x: Value, dims) -> Value:
+    dims = {_dim(d, x.ndim) for d in dims if x.size[_dim(d, x.ndim)] == 1}
+    keep = [d for d in range(x.ndim) if d not in dims]
+    size = tuple(x.size[d] for d in keep)
+    view = _view_of(x, size, [x.view.stride[d] for d in keep], x.view.offset) if x.view else None
+
+    def loader(idx):
+        full = [sympy.Integer(0)] * x.ndim
+        for d, i in zip(keep, idx):
+            full[d] = i
+        return x.loader(full)
+    return Value(size, x.dtype, loader, view)
+
+
+def reshape(x: Value, size) -> Value:
+    size = [sym(s) for s in size]
+    if any(s == -1 for s in size):
+        known = sympy.Mul(*[s for s in size if s != -1])
+        total = sympy.Mul(*x.size)
+        size = [sympy.simplify(total / known) if s == -1 else s for s in size]
+    size = tuple(size)
+    if tuple(x.size) == size:
+        return x
+    old_strides = contiguous_strides(x.size)
+    new_strides = contiguous_strides(size)
+
+    def loader(idx):
+        flat = sum((i * s for i, s in zip(idx, new_strides)), sympy.Integer(0))
+        old = [ModularIndexing(flat, st, n) if d else FloorDiv(flat, st)
+               for d, (st, n) in enumerate(zip(old_strides, x.size))]
+        return x.loader(old)
+    view = None
+    if x.view is not None and tuple(x.view.stride) == tuple(contiguous_strides(x.size)):
+        view = View(x.view.buffer, size, new_strides, x.view.offset)
+    return Value(size, x.dtype, loader, view)
+
+
+@lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default)
+def _view(g, x, size):
+    return reshape(x, size)
+
+
+@lowers(aten.permute.default, aten.permute_copy.default)
+def _permute(g, x, dims):
+    return permute(x, dims)
+
+
+@lowers(aten.t.default)
+def _t(g, x):
+    return permute(x, [1, 0]) if x.ndim == 2 else x
+
+
+@lowers(aten.transpose.int)
+def _transpose(g, x, a, b):
+    dims = list(range(x.ndim))
+    a, b = _dim(a, x.ndim), _dim(b, x.ndim)
+    dims[a], dims[b] = dims[b], dims[a]
+    return permute(x, dims)
+
+
+@lowers(aten.unsqueeze.default, aten.unsqueeze_copy.default)
+def _unsqueeze(g, x, dim):
+    return unsqueeze_dims(x, [dim])
+
+
+@lowers(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.squeeze_copy.dim)
+def _squeeze(g, x, dims=None):
+    if dims is None:
+        dims = list(range(x.ndim))
+    elif isinstance(dims, int):
+        dims = [dims]
+    return squeeze_dims(x, dims)
+
+
+@lowers(aten.expand.default, aten.expand_copy.default)
+def _expand(g, x, size, implicit=False):
+    size = [sym(s) for s in size]
+    offset = len(size) - x.ndim
+    size = tuple(x.size[d - offset] if s == -1 else s for d, s in enumerate(size))
+    broadcast = [x.size[d] == 1 and size[d + offset] != 1 for d in range(x.ndim)]
+
+    def loader(idx):
+        return x.loader([sympy.Integer(0) if b else idx[d + offset] for d, b in enumerate(broadcast)])
+    view = None
+    if x.view is not None:
+        stride = [sympy.Integer(0)] * offset + [sympy.Integer(0) if b else s
+                                                for b, s in zip(broadcast, x.view.stride)]
+        view = View(x.view.buffer, size, tuple(stride), x.view.offset)
+    return Value(size, x.dtype, loader, view)
+
+
+def _clamp_index(v, n):
+    v = sym(v)
+    if v.is_number:
+        v = int(v)
+        if isinstance(n, sympy.Integer) or (hasattr(n, "is_number") and n.is_number):
+            n = int(n)
+            if v < 0:
+                v += n
+            return sympy.Integer(max(0, min(v, n)))
+        if v >= 2 ** 62:
+            return n
+        if v < 0:
+            return n + v
+        return sympy.Integer(v)
+    return v
+
+
+def slice_value(x: Value, dim, start, end, step=1) -> Value:
+    dim = _dim(dim, x.ndim)
+    n = x.size[dim]
+    start = _clamp_index(start if start is not None else 0, n)
+    end = _clamp_index(end if end is not None else 2 ** 63 - 1, n)
+    length = sympy.Max(FloorDiv(sympy.Max(end - start, 0) + step - 1, step), 0) if step != 1 else \
+        sympy.Max(end - start, 0)
+    length = sympy.simplify(length)
+    size = tuple(length if d == dim else s for d, s in enumerate(x.size))
+
+    def loader(idx):
+        return x.loader([start + i * step if d == dim else i for d, i in enumerate(idx)])
+    view = None
+    if x.view is not None:
+        stride = tuple(s * step if d == dim else s for d, s in enumerate(x.view.stride))
+        view = View(x.view.buffer, size, stride, x.view.offset + start * x.view.stride[dim])
+    return Value(size, x.dtype, loader, view)
+
+
+@lowers(aten.slice.Tensor, aten.slice_copy.Tensor)
+def _slice(g, x, dim=0, start=None, end=None, step=1):
+    return slice_value(x, dim, start, end, step)
+
+
+@lowers(aten.select.int, aten.select_copy.int)
+def _select(g, x, dim, index):
+    dim = _dim(dim, x.ndim)
+    index = _clamp_index(index, x.size[dim]) if not (sym(index).is_number and int(index) >= 0) else sym(index)
+    return squeeze_dims(slice_value(x, dim, index, index + 1), [dim])
+
+
+@lowers(aten.split.Tensor, aten.split_with_sizes.default, aten.split_with_sizes_copy.default)
+def _split(g, x, sizes, dim=0):
+    dim = _dim(dim, x.ndim)
+    if not isinstance(sizes, (list, tuple)):
+        n, chunk = x.size[dim], sym(sizes)
+        count = len(g.current.meta["val"])
+        sizes = [chunk] * (count - 1) + [n - chunk * (count - 1)]
+    out, start = [], sympy.Integer(0)
+    for s in sizes:
+        out.append(slice_value(x, dim, start, start + sym(s)))
+        start = start + sym(s)
+    return tuple(out)
+
+
+@lowers(aten.unbind.int)
+def _unbind(g, x, dim=0):
+    dim = _dim(dim, x.ndim)
+    return tuple(squeeze_dims(slice_value(x, dim, i, i + 1), [dim]) for i in range(int(x.size[dim])))
+
+
+@lowers(aten.as_strided.default, aten.as_strided_copy.default)
+def _as_strided(g, x, size, stride, offset=None):
+    """Only over a whole buffer: then the result is exactly a strided view of that buffer."""
+    if x.view is None or x.view.offset != 0 or tuple(x.view.stride) != tuple(contiguous_strides(x.size)):
+        raise Unsupported("as_strided of a value that is not a contiguous buffer")
+    size, stride = tuple(sym(s) for s in size), tuple(sym(s) for s in stride)
+    offset = sym(offset or 0)
+    from .lowering import strided_loader
+    return Value(size, x.dtype, strided_loader(x.view.buffer, size, stride, offset, x.dtype),
+                 View(x.view.buffer, size, stride, offset))
+
+
+@lowers(aten.cat.default)
+def _cat(g, tensors, dim=0):
+    val = g.current.meta["val"]
+    dt = out_dtype(g, tensors[0].dtype)
+    size = tuple(sym(s) for s in val.shape)
+    dim = _dim(dim, len(size))
+    pieces = [t for t in tensors if not (t.ndim == 1 and t.size[0] == 0 and len(size) != 1)]
+    starts, running = [], sympy.Integer(0)
+    for t in pieces:
+        starts.append(running)
+        running = running + t.size[dim]
+
+    def loader(idx):
+        i = idx[dim]
+        result = None
+        for k in range(len(pieces) - 1, -1, -1):
+            t, start = pieces[k], starts[k]
+            shifted = list(idx)
+            shifted[dim] = i - start
+            conds = []
+            if k > 0:
+                conds.append(op("ge", (index_value(i), index_value(start)), "bool"))
+            if k < len(pieces) - 1:
+                conds.append(op("lt", (index_value(i), index_value(start + t.size[dim])), "bool"))
+            if not conds:
+                return cast(t.loader(shifted), dt)
+            inside = conds[0] if len(conds) == 1 else op("logical_and", tuple(conds), "bool")
+            piece = cast(_masked(t, shifted, inside), dt)
+            result = piece if result is None else op("where", (inside, piece, result), dt)
+        return result
+    return Value(size, dt, loader)
+
+
+def _masked(t: Value, index, mask):
+    """t's element at `index`, reading memory only where `mask` holds (out-of-range indices elsewhere)."""
+    e = t.loader(index)
+    return _mask_loads(e, mask, {})
+
+
+def _mask_loads(e, mask, memo):
+    if id(e) in memo:
+        return memo[id(e)]
+    if e.kind == "load":
+        from .nodes import load
+        existing = e.args[0] if e.args else None
+        combined = mask if existing is None else op("logical_and", (existing, mask), "bool")
+        out = load(e.buffer, e.index, e.dtype, mask=combined, other=e.value, logical=e.logical)
+    elif e.kind == "op":
+        from .nodes import E
+        out = E("op", e.dtype, op=e.op, args=tuple(_mask_loads(a, mask, memo) for a in e.args), origin=e.origin)
+    else:
+        out = e
+    memo[id(e)] = out
+    return out
+
+
+@lowers(aten.constant_pad_nd.default)
+def _pad(g, x, pad, value=0):
+    size = tuple(sym(s) for s in g.current.meta["val"].shape)
+    pads = [(sym(pad[2 * i]), sym(pad[2 * i + 1])) for i in range(len(pad) // 2)]
+    dt = x.dtype
+
+    def loader(idx):
+        shifted, conds = list(idx), []
+        for i, (before, _after) in enumerate(pads):
+            d = x.ndim - 1 - i
+            src = idx[d] - before
+            shifted[d] = src
+            conds.append(op("ge", (index_value(src), const(0, "int64")), "bool"))
+            conds.append(op("lt", (index_value(src), index_value(x.size[d])), "bool"))
+        inside = conds[0]
+        for c in conds[1:]:
+            inside = op("logical_and", (inside, c), "bool")
+        fill = const(float(value) if dt.startswith(("float", "bfloat")) else int(value), dt)
+        return op("where", (inside, _masked(x, shifted, inside), fill), dt)
+    if any(b.is_number and int(b) < 0 for p in pads for b in p):
+        raise Unsupported("negative padding")
+    return Value(size, dt, loader)
+
+
+# ---- constants -----------------------------------------------------------------------------------
+
+def _fill(g, size, value, dtype):
+    size = tuple(sym(s) for s in size)
+    if isinstance(value, sympy.Basic) and not value.is_number:
+        return Value(size, dtype, lambda idx: cast(index_value(value), dtype))
+    if dtype == "bool":
+        value = bool(value)
+    elif dtype.startswith(("float", "bfloat")):
+        value = float(value)
+    else:
+        value = int(value)
+    return Value(size, dtype, lambda idx: const(value, dtype))
+
+
+@lowers(aten.full.default, aten.new_full.default, aten.full_like.default)
+def _full(g, *args, **kwargs):
+    target = g.current.target
+    if target is aten.full.default:
+        size, value = args
+    elif target is aten.new_full.default:
+        size, value = args[1], args[2]
+    else:
+        size, value = args[0].size, args[1]
+    _check_device(g)
+    return _fill(g, size, sym(value), out_dtype(g, "float32"))
+
+
+@lowers(aten.scalar_tensor.default)
+def _scalar_tensor(g, value, **kwargs):
+    _check_device(g)
+    return _fill(g, (), sym(value), out_dtype(g, "float32"))
+
+
+@lowers(aten.zeros.default, aten.ones.default, aten.zeros_like.default, aten.ones_like.default,
+        aten.empty.memory_format, aten.empty_like.default, aten.new_zeros.default, aten.new_ones.default,
+        aten.new_empty.default)
+def _zeros_ones(g, *args, **kwargs):
+    _check_device(g)
+    val = g.current.meta["val"]
+    one = g.current.target in (aten.ones.default, aten.ones_like.default, aten.new_ones.default)
+    return _fill(g, val.shape, 1 if one else 0, out_dtype(g, "float32"))
+
+
+@lowers(aten.arange.start_step, aten.arange.default, aten.arange.start)
+def _arange(g, *args, **kwargs):
+    _check_device(g)
+    val = g.current.meta["val"]
+    dt = out_dtype(g, "int64")
+    if g.current.target is aten.arange.default:
+        start, step = 0, 1
+    else:
+        start = args[0]
+        step = args[2] if len(args) > 2 else kwargs.get("step", 1)
+    size = tuple(sym(s) for s in val.shape)
+    start, step = sym(start), sym(step)
+    if all(isinstance(v, (int, sympy.Integer)) for v in (start, step)):
+        return Value(size, dt, lambda idx: cast(index_value(start + idx[0] * step), dt))
+    compute = "float64" if dt == "float64" else "float32"
+    return Value(size, dt, lambda idx: cast(op("add", (const(float(start), compute), op(
+        "mul", (cast(index_value(idx[0]), compute), const(float(step), compute)), compute)), compute), dt))
+
+
+def _check_device(g):
+    val = g.current.meta.get("val")
+    if isinstance(val, torch.Tensor) and str(val.device) != g.device:
+        raise Unsupported(f"creates a tensor on {val.device} in a {g.device} graph")

@@ -1,0 +1,120 @@
+"""The lowered graph, before fusion.
+
+Lowering turns each ATen op into a `Value`: a lazy tensor whose elements are an expression (`E`) of its
+logical index. Pointwise ops and views compose expressions, so a chain of them is one expression (this is
+where pointwise chains start to fuse). A `Value` becomes a buffer (`Node`) when it must exist in memory: a
+reduction, a graph output, an input of an ATen call, or a value read by several consumers. Nodes are what
+the fusion pass groups into kernels.
+"""
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import sympy
+
+from .program import Origin, TensorSpec
+
+
+# The ATen op (with its user source line) being lowered; values built meanwhile carry it.
+CURRENT_ORIGIN: contextvars.ContextVar = contextvars.ContextVar("fuse_all_origin", default=None)
+
+
+@dataclass(frozen=True, eq=False)
+class E:
+    """One expression node. kind: load | const | index | op | reduction_ref."""
+    kind: str
+    dtype: str
+    op: str = ""                       # op name for kind == "op"
+    args: tuple = ()                   # sub-expressions for ops; (mask, ) for masked loads
+    buffer: str = ""                   # for loads
+    index: Optional[sympy.Expr] = None  # for loads and index values
+    value: object = None               # constant value; `other` of masked loads
+    origin: Optional[Origin] = None
+    logical: Optional[tuple] = None    # for loads of a whole buffer: the buffer's logical index
+
+    def key(self):
+        return (self.kind, self.dtype, self.op, tuple(id(a) for a in self.args), self.buffer, self.index,
+                repr(self.value))
+
+
+def const(value, dtype: str, origin=None) -> E:
+    return E("const", dtype, value=value, origin=origin)
+
+
+def op(name: str, args, dtype: str, origin=None) -> E:
+    return E("op", dtype, op=name, args=tuple(args), origin=origin)
+
+
+def load(buffer: str, index, dtype: str, mask: E | None = None, other=0, logical=None) -> E:
+    return E("load", dtype, buffer=buffer, index=sympy.sympify(index), args=(mask,) if mask is not None else (),
+             value=other, logical=tuple(logical) if logical is not None else None)
+
+
+def index_value(expr, dtype: str = "int64") -> E:
+    return E("index", dtype, index=sympy.sympify(expr))
+
+
+Index = list  # a list of sympy expressions, one per dimension
+
+
+@dataclass
+class View:
+    """A strided view of a buffer, when a Value is exactly that (lets ATen calls take it without a copy)."""
+    buffer: str
+    size: tuple
+    stride: tuple
+    offset: sympy.Expr
+
+
+@dataclass
+class Value:
+    size: tuple                        # sympy expressions
+    dtype: str
+    loader: Callable[[Index], E]
+    view: Optional[View] = None        # set when the value is a strided view of a buffer
+    origin: Optional[Origin] = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.size)
+
+
+@dataclass
+class Node:
+    """A buffer of the lowered graph.
+
+    kind: "input" (graph input), "pointwise", "reduction", "extern" (result of an ATen call).
+    Pointwise nodes compute `body(index)` for every index of `spec.size`; reduction nodes reduce
+    `body(outer_index, reduction_index)` over `reduction_size` with `reduction_op` for every outer index of
+    `spec.size`. `iter_order` lists the dimensions from outermost to innermost loop (storage order).
+    """
+    name: str
+    kind: str
+    spec: TensorSpec
+    body: Optional[Callable] = None
+    reduction_size: tuple = ()
+    reduction_op: str = ""
+    iter_order: tuple = ()
+    origins: tuple = ()
+    extern: Optional[object] = None    # ExternCall for extern nodes (shared by all outputs of one call)
+    reads: set = field(default_factory=set)   # names of buffers this node's expression loads
+
+    @property
+    def is_compute(self) -> bool:
+        return self.kind in ("pointwise", "reduction")
+
+
+@dataclass
+class LoweredGraph:
+    graph_id: str
+    device: str
+    inputs: list                       # GraphInput
+    nodes: dict                        # name -> Node, in topological order
+    externs: list                      # ExternCall in order (each is a scheduling step)
+    outputs: list                      # BufferRef | sympy | None | constant
+    size_symbols: dict                 # symbol -> host expression
+    size_hints: dict
+    fallbacks: list = field(default_factory=list)   # (aten op, reason) for ops run in ATen
+    inlined: list = field(default_factory=list)     # (aten op, origin) folded into consumers' expressions

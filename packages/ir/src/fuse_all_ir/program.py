@@ -1,0 +1,218 @@
+"""The scheduled program: the contract between `fuse_all_ir` and the codegens.
+
+A `Program` is what one captured graph becomes after lowering, fusion and scheduling: graph inputs, buffers
+with layouts, and an ordered list of steps (allocate, run a fused kernel, call ATen, free). Codegens render
+each `Kernel` into their language; the host program (see `host.py`) renders the steps into Python.
+
+Kernel semantics, which every codegen implements exactly:
+
+* A kernel iterates an *outer* space `outer` (index variables ``x0..x{n-1}``, row-major, all points
+  independent: parallel) and, for reduction kernels, a *reduction* space `reduction` (``r0..r{m-1}``).
+* Its body is a list of `Loop` phases run in order for every outer point. A phase with
+  ``over_reduction=True`` runs over the whole reduction space; one with ``over_reduction=False`` runs once
+  per outer point and may only use ``x`` variables. Pointwise kernels have ``reduction == ()`` and one
+  phase with ``over_reduction=False``.
+* Statements are SSA: each value has a unique ``name``. A value defined in a reduction phase is visible
+  only inside that phase, except the result of a `Reduce`, which is one scalar per outer point and is
+  visible in every later phase. Values of an ``over_reduction=False`` phase are visible in later phases.
+* Index expressions are sympy expressions over the ``x``/``r`` variables, the kernel's size symbols, and
+  the integer functions `FloorDiv` / `ModularIndexing` from `fuse_all_ir.symbolic`. They are element
+  offsets from the tensor's data pointer (`tensor.data_ptr()`, which already includes its storage offset).
+  Index variables and size symbols are int64 in every target.
+* Arguments of `Compute` already have the dtype the op needs (the lowering inserts casts); ``cast``
+  converts its one argument to the statement's dtype. Comparisons and logical ops yield ``bool``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import sympy
+
+# Element types by name. Codegens keep a rule table keyed by these strings.
+DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+# The op vocabulary of `Compute`. name -> arity. Semantics follow torch's elementwise ops of the same name;
+# maximum/minimum propagate NaN; truediv is on floating values only; floordiv and remainder follow Python
+# (floor) semantics on integers and floats; fmod follows C; sign returns -1/0/1 in the argument's dtype.
+UNARY_OPS = (
+    "neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+    "erf", "erfc", "erfinv", "sigmoid", "floor", "ceil", "round", "trunc", "reciprocal", "sign",
+    "isnan", "isinf", "isfinite", "logical_not", "bitwise_not", "cast", "lgamma",
+)
+BINARY_OPS = (
+    "add", "sub", "mul", "truediv", "floordiv", "remainder", "fmod", "pow", "maximum", "minimum",
+    "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "lshift", "rshift", "copysign", "hypot",
+)
+TERNARY_OPS = ("where",)
+OP_ARITY = {**{o: 1 for o in UNARY_OPS}, **{o: 2 for o in BINARY_OPS}, **{o: 3 for o in TERNARY_OPS}}
+
+# Reductions. max/min propagate NaN; argmax/argmin give the int64 position in the flattened (row-major)
+# reduction space of the first extreme value (NaN counts as the extreme, like torch); any/all take bool.
+REDUCTION_OPS = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a piece of a kernel came from: the ATen op and the user's source line."""
+    aten_op: str
+    file: str | None = None
+    line: int | None = None
+    code: str | None = None  # the user's source line, stripped
+    fx_node: str | None = None
+
+
+# ---- kernel statements -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Load:
+    name: str
+    buffer: str
+    index: sympy.Expr
+    dtype: str
+    mask: str | None = None          # a bool value; where False nothing is read and the value is `other`
+    other: Union[int, float, bool] = 0
+
+
+@dataclass(frozen=True)
+class Const:
+    name: str
+    value: Union[int, float, bool]   # may be inf / -inf / nan
+    dtype: str
+
+
+@dataclass(frozen=True)
+class IndexValue:
+    """The integer value of an index expression (arange, iota, masks of pads)."""
+    name: str
+    expr: sympy.Expr
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Compute:
+    name: str
+    op: str
+    args: tuple[str, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Reduce:
+    name: str
+    op: str
+    arg: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Store:
+    buffer: str
+    index: sympy.Expr
+    value: str
+
+
+Stmt = Union[Load, Const, IndexValue, Compute, Reduce, Store]
+
+
+@dataclass
+class Loop:
+    over_reduction: bool
+    body: list[Stmt]
+
+
+@dataclass
+class Kernel:
+    name: str
+    outer: tuple[sympy.Expr, ...]
+    reduction: tuple[sympy.Expr, ...]
+    loops: list[Loop]
+    inputs: tuple[str, ...]              # buffers read, in argument order
+    outputs: tuple[str, ...]             # buffers written, in argument order (after inputs)
+    size_symbols: tuple[sympy.Symbol, ...]  # int64 arguments after the buffers, in this order
+    origins: tuple[Origin, ...] = ()
+    fused_nodes: tuple[str, ...] = ()    # names of the IR nodes fused into it (for the report)
+
+    @property
+    def kind(self) -> str:
+        return "reduction" if self.reduction else "pointwise"
+
+    def statements(self):
+        for loop in self.loops:
+            yield from loop.body
+
+
+# ---- the program ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TensorSpec:
+    dtype: str
+    size: tuple[sympy.Expr, ...]
+    stride: tuple[sympy.Expr, ...]
+    offset: sympy.Expr = sympy.Integer(0)
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class GraphInput:
+    name: str
+    kind: str                            # "tensor" | "symint" | "other"
+    spec: TensorSpec | None = None       # for tensors
+    symbol: sympy.Expr | None = None     # for symints: the expression the value equals
+
+
+@dataclass(frozen=True)
+class BufferRef:
+    """A tensor argument of an extern call, or a graph output: a buffer or input, possibly viewed."""
+    name: str
+    view: TensorSpec | None = None       # when set, as_strided(name, view.size, view.stride, view.offset)
+
+
+@dataclass(frozen=True)
+class Alloc:
+    buffer: str
+
+
+@dataclass(frozen=True)
+class Free:
+    buffer: str
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    kernel: str
+
+
+@dataclass(frozen=True)
+class ExternCall:
+    """Call an ATen op. `args`/`kwargs` hold Python values where tensors are `BufferRef`s and sizes sympy
+    expressions (lists/tuples nest). `outputs` names the result tensors (None for results nobody uses) in
+    the order of the op's flattened result; `out_specs` gives the layout each must have afterwards."""
+    target: str                          # e.g. "aten.convolution.default"
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    outputs: tuple[str | None, ...]
+    out_specs: tuple[TensorSpec | None, ...]
+    origins: tuple[Origin, ...] = ()
+    reason: str = ""                     # why this op runs in ATen ("matmul: extern by design", ...)
+    single_result: bool = True           # the op returns one tensor (not a tuple/list)
+
+
+Step = Union[Alloc, Free, KernelCall, ExternCall]
+
+
+@dataclass
+class Program:
+    graph_id: str
+    device: str                          # "cpu", "cuda:0", ...
+    inputs: list[GraphInput]
+    buffers: dict[str, TensorSpec]       # every intermediate buffer, allocated by Alloc, written by steps
+    kernels: dict[str, Kernel]
+    steps: list[Step]
+    outputs: list[Any]                   # BufferRef | sympy.Expr (symint output) | None | python constant
+    size_symbols: dict[sympy.Symbol, str] = field(default_factory=dict)  # symbol -> host expr computing it
+    size_hints: dict[sympy.Symbol, int] = field(default_factory=dict)    # example value of each symbol
+    report: Any = None                   # fusion_report.FusionReport

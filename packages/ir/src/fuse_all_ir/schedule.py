@@ -1,0 +1,109 @@
+"""Order the kernels and ATen calls, decide which buffers live in memory, and emit the `Program`."""
+from __future__ import annotations
+
+import heapq
+
+from .fusion import FusionPass
+from .kernelgen import Group, KernelBuilder
+from .nodes import LoweredGraph
+from .program import Alloc, BufferRef, ExternCall, Free, KernelCall, Program
+
+
+def schedule(lowered: LoweredGraph) -> Program:
+    fusion = FusionPass(lowered)
+    groups = fusion.run()
+    nodes = lowered.nodes
+    index_of = {n.name: i for i, n in enumerate(fusion.order)}
+
+    units: list = list(groups)
+    seen_calls = set()
+    for node in fusion.order:
+        if node.kind == "extern" and id(node.extern) not in seen_calls:
+            seen_calls.add(id(node.extern))
+            units.append(node.extern)
+
+    def unit_names(unit) -> list:
+        if isinstance(unit, Group):
+            return [m.name for m in unit.members]
+        return [n.name for n in fusion.order if n.kind == "extern" and n.extern is unit]
+
+    owner = {}
+    for u, unit in enumerate(units):
+        for name in unit_names(unit):
+            owner[name] = u
+    reads_of = [set().union(*(nodes[n].reads for n in unit_names(unit))) for unit in units]
+    deps = [{owner[r] for r in reads_of[u] if r in owner and owner[r] != u} for u in range(len(units))]
+    order = _topological(units, deps, lambda u: min(index_of[n] for n in unit_names(units[u])))
+
+    outputs = {o.name for o in lowered.outputs if isinstance(o, BufferRef)}
+    stored = set(outputs)
+    for u in range(len(units)):
+        for r in reads_of[u]:
+            if owner.get(r, u) != u:
+                stored.add(r)
+
+    kernels, steps, buffers = {}, [], {}
+    last_use = {}
+    for position, u in enumerate(order):
+        for r in reads_of[u]:
+            last_use[r] = position
+    report = fusion.report
+    report.inlined = len(lowered.inlined)
+    for position, u in enumerate(order):
+        unit = units[u]
+        if isinstance(unit, Group):
+            name = f"kernel_{len(kernels)}"
+            kernel = KernelBuilder(unit, nodes, stored, name).build()
+            if not kernel.outputs:
+                continue
+            kernels[name] = kernel
+            for b in kernel.outputs:
+                buffers[b] = nodes[b].spec
+                steps.append(Alloc(b))
+            steps.append(KernelCall(name))
+            report.groups.append({"kernel": name, "nodes": list(kernel.fused_nodes), "why": _why(unit),
+                                  "aten_ops": list(dict.fromkeys(o.aten_op for o in kernel.origins)),
+                                  "origins": list(kernel.origins)})
+        else:
+            steps.append(unit)
+            report.externs.append({"target": unit.target, "reason": unit.reason, "origins": list(unit.origins)})
+        for r in sorted(reads_of[u]):
+            if last_use.get(r) == position and r not in outputs and nodes[r].kind != "input" and r in stored:
+                steps.append(Free(r))
+
+    return Program(graph_id=lowered.graph_id, device=lowered.device, inputs=lowered.inputs, buffers=buffers,
+                   kernels=kernels, steps=steps, outputs=lowered.outputs, size_symbols=lowered.size_symbols,
+                   size_hints=lowered.size_hints, report=report)
+
+
+def _topological(units, deps, priority) -> list:
+    users = [[] for _ in units]
+    pending = [len(d) for d in deps]
+    for u, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(u)
+    ready = [(priority(u), u) for u in range(len(units)) if pending[u] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, u = heapq.heappop(ready)
+        order.append(u)
+        for v in users[u]:
+            pending[v] -= 1
+            if pending[v] == 0:
+                heapq.heappush(ready, (priority(v), v))
+    if len(order) != len(units):
+        raise RuntimeError("fusion produced a cyclic schedule")
+    return order
+
+
+def _why(group: Group) -> str:
+    kinds = {m.kind for m in group.members}
+    space = "(" + ", ".join(str(s) for s in group.outer) + ")"
+    if "reduction" in kinds:
+        n = sum(1 for m in group.members if m.kind == "reduction")
+        return (f"{n} reduction(s) over (" + ", ".join(str(s) for s in group.reduction) + f") per point of {space}"
+                + (" with fused pointwise prologue/epilogue" if len(group.members) > n else ""))
+    if len(group.members) == 1:
+        return f"pointwise over {space}"
+    return f"{len(group.members)} pointwise nodes over one iteration space {space}"

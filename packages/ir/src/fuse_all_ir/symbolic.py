@@ -1,0 +1,85 @@
+"""Integer index arithmetic: index variables and the two functions views need.
+
+Index expressions are sympy expressions over non-negative integer symbols. `FloorDiv(a, b)` is ``a // b``
+and `ModularIndexing(a, b, c)` is ``(a // b) % c``, both on non-negative integers, so every target language
+prints them with its native integer division and remainder.
+"""
+from __future__ import annotations
+
+import functools
+
+import sympy
+
+
+@functools.lru_cache(None)
+def xvar(i: int) -> sympy.Symbol:
+    return sympy.Symbol(f"x{i}", integer=True, nonnegative=True)
+
+
+@functools.lru_cache(None)
+def rvar(i: int) -> sympy.Symbol:
+    return sympy.Symbol(f"r{i}", integer=True, nonnegative=True)
+
+
+def size_symbol(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+class FloorDiv(sympy.Function):
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, base, divisor):
+        if divisor == 1:
+            return base
+        if base == 0:
+            return sympy.Integer(0)
+        if base.is_Integer and divisor.is_Integer:
+            return sympy.Integer(int(base) // int(divisor))
+        if isinstance(base, FloorDiv):
+            return FloorDiv(base.args[0], base.args[1] * divisor)
+        # (a*d + b) // d == a + b // d when every term of the sum is a multiple of d, except b
+        if base.is_Add:
+            multiples = [t for t in base.args if _divides(divisor, t)]
+            if multiples:
+                rest = [t for t in base.args if not _divides(divisor, t)]
+                quotient = sympy.Add(*[sympy.simplify(t / divisor) for t in multiples])
+                if not rest:
+                    return quotient
+                return quotient + FloorDiv(sympy.Add(*rest), divisor)
+        if _divides(divisor, base):
+            return sympy.simplify(base / divisor)
+        return None
+
+
+class ModularIndexing(sympy.Function):
+    """(base // divisor) % modulus."""
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, base, divisor, modulus):
+        if base == 0 or modulus == 1:
+            return sympy.Integer(0)
+        if base.is_Integer and divisor.is_Integer and modulus.is_Integer:
+            return sympy.Integer((int(base) // int(divisor)) % int(modulus))
+        if base.is_Add:
+            kept = [t for t in base.args if not _divides(divisor * modulus, t)]
+            if len(kept) != len(base.args):
+                return ModularIndexing(sympy.Add(*kept), divisor, modulus)
+        if divisor != 1 and _divides(divisor, base) and base.is_Mul:
+            return ModularIndexing(sympy.simplify(base / divisor), 1, modulus)
+        return None
+
+
+def _divides(divisor, term) -> bool:
+    if divisor == 1:
+        return True
+    quotient = sympy.simplify(term / divisor)
+    return bool(quotient.is_integer)
+
+
+def free_size_symbols(expr) -> set[sympy.Symbol]:
+    """The size symbols (not index variables) an expression depends on."""
+    return {s for s in sympy.sympify(expr).free_symbols if not (s.name[0] in "xr" and s.name[1:].isdigit())}
