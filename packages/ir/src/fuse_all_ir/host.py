@@ -88,7 +88,9 @@ def _ref(ref: BufferRef) -> str:
     if ref.view is None:
         return ref.name
     v = ref.view
-    return f"as_strided({ref.name}, {py_tuple(v.size)}, {py_tuple(v.stride)}, {py_index(v.offset)})"
+    # as_strided's offset counts from the storage's start; view offsets count from the tensor's first element
+    offset = f"{ref.name}.storage_offset()" + (f" + {py_index(v.offset)}" if v.offset != 0 else "")
+    return f"as_strided({ref.name}, {py_tuple(v.size)}, {py_tuple(v.stride)}, {offset})"
 
 
 def _alloc(name: str, spec: TensorSpec, device: str) -> str:

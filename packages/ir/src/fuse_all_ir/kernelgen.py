@@ -54,7 +54,7 @@ class Group:
 
 
 def _same(a, b) -> bool:
-    return len(a) == len(b) and all(sympy.simplify(x - y) == 0 if x != y else True for x, y in zip(a, b))
+    return len(a) == len(b) and all(x == y or sympy.expand(x - y) == 0 for x, y in zip(a, b))
 
 
 def node_index(group: Group, node: Node):
@@ -196,7 +196,7 @@ class KernelBuilder:
             raise IllegalFusion(f"{member.name} is read before its reduction finished")
         outer_index, _ = node_index(self.group, member)
         expected = self._simplify(store_index(member, outer_index))
-        if sympy.simplify(self._simplify(e.index) - expected) != 0:
+        if sympy.expand(self._simplify(e.index) - expected) != 0:
             raise IllegalFusion(f"reads reduction {member.name} of another row ({e.index} vs {expected})")
         if self.phase_is_red is False and any(s.name.startswith("r") for s in e.index.free_symbols):
             raise IllegalFusion(f"reads reduction {member.name} with a reduction index")

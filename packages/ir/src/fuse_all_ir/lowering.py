@@ -201,14 +201,15 @@ class GraphLowering:
         if isinstance(a, torch.fx.Node):
             value = self.env[a.name]
             if isinstance(value, Value):
-                return self.as_ref(value)
+                return self.as_ref(value, _meta_stride(a))
             return value
         return a
 
-    def as_ref(self, value: Value) -> BufferRef:
-        """An ATen call's tensor argument: a strided view of a buffer when possible, else a new buffer."""
+    def as_ref(self, value: Value, stride=None) -> BufferRef:
+        """An ATen call's tensor argument: a strided view of a buffer when possible, else a new buffer laid
+        out with the strides tracing recorded (ops like as_strided see the storage order)."""
         if value.view is None:
-            self.realize(value)
+            self.realize(value, stride)
         v = value.view
         node = self.nodes[v.buffer]
         if (tuple(v.size) == tuple(node.spec.size) and tuple(v.stride) == tuple(node.spec.stride)
@@ -314,9 +315,7 @@ class GraphLowering:
             return
         users = len(node.users)
         if users > 1 or _expr_size(result) > 64:
-            val = node.meta.get("val")
-            stride = [sym(s) for s in val.stride()] if isinstance(val, torch.Tensor) else None
-            self.realize(result, stride)
+            self.realize(result, _meta_stride(node))
         else:
             self.inlined.append((_target_name(node.target), CURRENT_ORIGIN.get()))
 
@@ -327,8 +326,12 @@ class GraphLowering:
             return sym(arg)
         value = self.env[arg.name]
         if isinstance(value, Value):
-            val = arg.meta.get("val")
-            stride = [sym(s) for s in val.stride()] if isinstance(val, torch.Tensor) else None
+            stride = _meta_stride(arg)
+            view = value.view
+            if (view is not None and self.nodes[view.buffer].kind != "input" and stride is not None
+                    and tuple(view.stride) == tuple(stride)):
+                # a view of an intermediate stays a view: outputs alias each other as in eager
+                return self.as_ref(value)
             name = self.realize(value, stride)
             spec = self.nodes[name].spec
             if stride is not None and tuple(stride) != tuple(spec.stride):
@@ -338,6 +341,11 @@ class GraphLowering:
         if value is None or isinstance(value, (sympy.Basic, int, float, bool)):
             return value
         raise Unsupported(f"graph output of type {type(value).__name__}")
+
+
+def _meta_stride(node: torch.fx.Node):
+    val = node.meta.get("val")
+    return [sym(s) for s in val.stride()] if isinstance(val, torch.Tensor) else None
 
 
 def _tag_origins(result, origin):
@@ -394,7 +402,7 @@ def _target_name(target) -> str:
 def _unlowerable_reason(node) -> str | None:
     """Dtype checks that apply to every lowering: complex and float8 have no codegen."""
     vals = node.meta.get("val")
-    vals = vals if isinstance(vals, (tuple, list)) else [vals]
+    vals = list(vals) if isinstance(vals, (tuple, list)) else [vals]
     for arg in node.all_input_nodes:
         vals.append(arg.meta.get("val"))
     for v in vals:

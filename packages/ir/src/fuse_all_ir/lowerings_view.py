@@ -70,7 +70,7 @@ def reshape(x: Value, size) -> Value:
     if any(s == -1 for s in size):
         known = sympy.Mul(*[s for s in size if s != -1])
         total = sympy.Mul(*x.size)
-        size = [sympy.simplify(total / known) if s == -1 else s for s in size]
+        size = [total / known if s == -1 else s for s in size]
     size = tuple(size)
     if tuple(x.size) == size:
         return x
@@ -166,7 +166,6 @@ def slice_value(x: Value, dim, start, end, step=1) -> Value:
     end = _clamp_index(end if end is not None else 2 ** 63 - 1, n)
     length = sympy.Max(FloorDiv(sympy.Max(end - start, 0) + step - 1, step), 0) if step != 1 else \
         sympy.Max(end - start, 0)
-    length = sympy.simplify(length)
     size = tuple(length if d == dim else s for d, s in enumerate(x.size))
 
     def loader(idx):
@@ -192,6 +191,9 @@ def _select(g, x, dim, index):
 
 @lowers(aten.split.Tensor, aten.split_with_sizes.default, aten.split_with_sizes_copy.default)
 def _split(g, x, sizes, dim=0):
+    """Pieces of one buffer, so they alias like eager's (and ATen calls take them as views)."""
+    if x.view is None:
+        g.realize(x)
     dim = _dim(dim, x.ndim)
     if not isinstance(sizes, (list, tuple)):
         n, chunk = x.size[dim], sym(sizes)
@@ -206,6 +208,8 @@ def _split(g, x, sizes, dim=0):
 
 @lowers(aten.unbind.int)
 def _unbind(g, x, dim=0):
+    if x.view is None:
+        g.realize(x)
     dim = _dim(dim, x.ndim)
     return tuple(squeeze_dims(slice_value(x, dim, i, i + 1), [dim]) for i in range(int(x.size[dim])))
 

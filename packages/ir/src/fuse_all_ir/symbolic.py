@@ -44,12 +44,12 @@ class FloorDiv(sympy.Function):
             multiples = [t for t in base.args if _divides(divisor, t)]
             if multiples:
                 rest = [t for t in base.args if not _divides(divisor, t)]
-                quotient = sympy.Add(*[sympy.simplify(t / divisor) for t in multiples])
+                quotient = sympy.Add(*[t / divisor for t in multiples])
                 if not rest:
                     return quotient
                 return quotient + FloorDiv(sympy.Add(*rest), divisor)
         if _divides(divisor, base):
-            return sympy.simplify(base / divisor)
+            return base / divisor
         return None
 
 
@@ -69,15 +69,24 @@ class ModularIndexing(sympy.Function):
             if len(kept) != len(base.args):
                 return ModularIndexing(sympy.Add(*kept), divisor, modulus)
         if divisor != 1 and _divides(divisor, base) and base.is_Mul:
-            return ModularIndexing(sympy.simplify(base / divisor), 1, modulus)
+            return ModularIndexing(base / divisor, 1, modulus)
         return None
 
 
 def _divides(divisor, term) -> bool:
+    """Structural check (no simplify: it dominates compile time): term / divisor is a monomial with an
+    integer coefficient and no negative powers."""
     if divisor == 1:
         return True
-    quotient = sympy.simplify(term / divisor)
-    return bool(quotient.is_integer)
+    quotient = term / divisor
+    if quotient.is_Integer:
+        return True
+    if quotient.is_Add:
+        return False
+    coeff, rest = quotient.as_coeff_Mul()
+    if not coeff.is_Integer:
+        return False
+    return all(not (f.is_Pow and f.exp.is_negative) for f in sympy.Mul.make_args(rest))
 
 
 def free_size_symbols(expr) -> set[sympy.Symbol]:

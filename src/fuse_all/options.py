@@ -1,0 +1,47 @@
+"""`torch.compile(..., backend="fuse_all", mode=..., options=...)`: what is accepted, checked up front."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+class OptionError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Options:
+    codegen: str = "auto"          # "auto" (cpu -> cpp, cuda/xpu -> triton) | "cpp" | "triton"
+    cudagraphs: bool = False       # capture and replay CUDA graphs (mode="reduce-overhead" turns it on)
+    autotune: bool = True          # benchmark Triton configs on first launch (else heuristics)
+    fallback: bool = True          # on a compile error run the graph in ATen with a warning (False: raise)
+    debug: bool = False            # write the debug folder (also FUSE_ALL_DEBUG=1 / TORCH_COMPILE_DEBUG=1)
+
+    @property
+    def names(self):
+        return [f.name for f in fields(self)]
+
+
+_CHOICES = {"codegen": ("auto", "cpp", "triton")}
+
+
+def parse(mode=None, options=None) -> Options:
+    if mode not in MODES:
+        raise OptionError(f"fuse_all: unknown mode {mode!r}; valid modes: "
+                          + ", ".join(repr(m) for m in MODES))
+    values = {}
+    if mode == "reduce-overhead" or mode == "max-autotune":
+        values["cudagraphs"] = True
+    valid = {f.name: f for f in fields(Options)}
+    for key, value in dict(options or {}).items():
+        if key not in valid:
+            raise OptionError(f"fuse_all: unknown option {key!r}; valid options: {', '.join(sorted(valid))}")
+        expected = type(getattr(Options(), key))
+        if expected is bool and not isinstance(value, bool) or expected is int and (
+                isinstance(value, bool) or not isinstance(value, int)) or expected is str and not isinstance(value, str):
+            raise OptionError(f"fuse_all: option {key!r} takes a {expected.__name__}, got {value!r}")
+        if key in _CHOICES and value not in _CHOICES[key]:
+            raise OptionError(f"fuse_all: option {key!r} must be one of {', '.join(_CHOICES[key])}; got {value!r}")
+        values[key] = value
+    return Options(**values)
