@@ -16,6 +16,7 @@ import torch
 import fuse_all_capture as capture
 import fuse_all_ir as ir
 
+from . import debug, provenance
 from .options import Options, parse
 
 log = logging.getLogger("fuse_all")
@@ -86,7 +87,7 @@ def compile_graph(graph, opts: Options, mode=None):
     record.compile_time_s = time.perf_counter() - start
     _COMPILED.append(record)
     del _COMPILED[:-_MAX_KEPT]
-    _write_record(graph, record, mode)
+    provenance.write_compiled(graph, record, mode)  # never raises: the editor's record can't break a compile
     return call
 
 
@@ -116,11 +117,7 @@ def _compile(graph, opts: Options, record: CompiledGraph, folder):
 
 
 def _debug_folder(graph, opts: Options):
-    try:
-        from . import debug
-    except ImportError:  # TEMP until debug.py lands
-        return None
-    return debug.DebugDir.for_graph(graph.graph_id) if (opts.debug or debug.debug_enabled()) else None
+    return debug.DebugDir.for_graph(graph.graph_id, force=opts.debug)
 
 
 def _target_for(device: str, opts: Options):
@@ -164,11 +161,3 @@ def _cache_dir(kind: str) -> str:
     path = os.path.join(root, kind)
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
-
-
-def _write_record(graph, record: CompiledGraph, mode) -> None:
-    try:
-        from . import artifacts
-        artifacts.write_compiled(graph, record, mode)
-    except Exception as exc:  # noqa: BLE001 - the editor's record must never break a compile
-        log.warning("fuse_all: could not write the artifact record of %s: %s", graph.graph_id, exc)

@@ -1,0 +1,228 @@
+"""`make_backend`: a torch.compile backend that hands each AOTAutograd ATen graph to a compile function."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+from . import compat
+from .decompositions import decomposition_table
+from .graph import CapturedGraph, graph_device
+from .provenance import (
+    FunctionInfo, annotate_nodes, function_from_code, function_from_frames, is_user_file, parse_stack_trace,
+    unwrap_decorators,
+)
+
+CompileGraph = Callable[[CapturedGraph], Callable[[list], Any]]
+
+_GRAPH_ID_SUFFIX = {"inference": "", "forward": "_fwd", "backward": "_bwd"}
+_MAX_REASON_CHARS = 1000
+
+_ordinals: Counter[str] = Counter()
+_ordinals_lock = threading.Lock()
+
+
+@dataclass
+class _DynamoGraph:
+    """What the three AOTAutograd graphs of one Dynamo graph share. The backward graph is compiled
+    lazily (at the first `.backward()`), when Dynamo's frame is long gone, so this is computed up front."""
+
+    function: FunctionInfo | None
+    graph_break: dict[str, Any] | None
+    id_stem: str
+    forward_static: frozenset[int] = frozenset()
+    sources_by_seq_nr: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+def make_backend(
+    compile_graph: CompileGraph,
+    *,
+    decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+    name: str = "fuse_all_capture",
+    partition: str | Callable[..., Any] = "min_cut",
+    keep_inference_input_mutations: bool = True,
+) -> Callable[..., Any]:
+    """A torch.compile backend: Dynamo graph -> AOTAutograd -> `compile_graph(CapturedGraph)` per ATen graph.
+
+    `compile_graph` serves inference graphs and the forward and backward graphs of training alike
+    (`CapturedGraph.kind` tells them apart) and returns a *boxed* callable: it takes the list of inputs
+    (it may clear the list to free them early) and returns the outputs as a tuple or list.
+
+    `decompositions` defaults to `decomposition_table()`. `partition` picks how the joint training graph
+    is split: "min_cut" (recompute cheap pointwise ops in the backward instead of saving them, which is
+    what a fusing compiler wants) or "default" (save what the forward computed), or a partition function.
+    With `keep_inference_input_mutations`, in-place updates of inputs stay in the graph as `aten.copy_`
+    nodes (listed in `mutated_input_indices`) instead of running as a separate epilogue.
+    Keyword arguments torch.compile passes to custom backends (`mode`, `options`) are accepted and ignored:
+    they are the business of whoever wraps this backend.
+    """
+    table = decomposition_table() if decompositions is None else dict(decompositions)
+    partition_fn = compat.partition_function(partition) if isinstance(partition, str) else partition
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **_options: Any) -> Callable[..., Any]:
+        dynamo_graph = _describe_dynamo_graph(gm)
+        compilers = {kind: _aten_compiler(kind, dynamo_graph, compile_graph) for kind in _GRAPH_ID_SUFFIX}
+        aot = compat.aot_autograd(
+            fw_compiler=compilers["forward"],
+            bw_compiler=compilers["backward"],
+            inference_compiler=compilers["inference"],
+            decompositions=table,
+            partition_fn=partition_fn,
+            keep_inference_input_mutations=keep_inference_input_mutations,
+        )
+        return aot(gm, example_inputs)
+
+    backend.__name__ = backend.__qualname__ = name
+    return backend
+
+
+def _describe_dynamo_graph(gm: torch.fx.GraphModule) -> _DynamoGraph:
+    traces = dict.fromkeys(node.meta.get("stack_trace") for node in gm.graph.nodes)  # unique, in graph order
+    stacks = [parse_stack_trace(trace) for trace in traces if trace]
+    function = function_from_code(compat.compiling_frame_code())
+    if function is None:
+        function = next((f for f in map(function_from_frames, stacks) if f), None)
+    if function is not None:
+        function = unwrap_decorators(function, stacks)
+    identity = f"{gm.code}\n{function.file}:{function.name}" if function else gm.code
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
+    # Same Dynamo graph compiled again in this process (a second model instance, grad mode flipped):
+    # a new ordinal. Across runs the n-th compile of the same code gets the same id, so its artifact
+    # record is replaced instead of piling up.
+    with _ordinals_lock:
+        ordinal = _ordinals[digest]
+        _ordinals[digest] += 1
+    reason = compat.graph_compile_reason(gm)
+    graph_break = _break_entry(reason) if reason is not None and getattr(reason, "graph_break", False) else None
+    return _DynamoGraph(function, graph_break, f"g_{digest}_{ordinal}")
+
+
+def _aten_compiler(kind: str, dynamo_graph: _DynamoGraph, compile_graph: CompileGraph) -> Callable[..., Any]:
+    def compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        meta = compat.forward_metadata()
+        placeholders = [node.name for node in gm.graph.nodes if node.op == "placeholder"]
+        if kind == "backward":
+            annotate_nodes(gm.graph.nodes, dynamo_graph.sources_by_seq_nr)
+            static = _saved_static_inputs(placeholders, dynamo_graph.forward_static)
+        else:
+            dynamo_graph.sources_by_seq_nr.update(annotate_nodes(gm.graph.nodes))
+            static = [i for i in compat.static_input_indices(meta) if i < len(placeholders)]
+            dynamo_graph.forward_static = frozenset(static)
+        graph = CapturedGraph(
+            graph_module=gm,
+            example_inputs=list(example_inputs),
+            kind=kind,
+            graph_id=dynamo_graph.id_stem + _GRAPH_ID_SUFFIX[kind],
+            function=dynamo_graph.function,
+            static_input_indices=tuple(static),
+            mutated_input_indices=tuple(_written_inputs(gm)),
+            num_fwd_outputs=compat.num_forward_returns(meta) if kind == "forward" else None,
+            size_hints=_size_hints(gm, example_inputs),
+            graph_break=dynamo_graph.graph_break,
+            device=graph_device(list(example_inputs), gm),
+        )
+        return _boxed(compile_graph(graph))
+
+    compile_aten.__name__ = f"fuse_all_{kind}_compiler"
+    return compile_aten
+
+
+def _size_hints(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> dict[str, int]:
+    """Hints of the symbols this graph uses; the ShapeEnv also knows symbols Dynamo later specialized."""
+    values = list(example_inputs) + [node.meta.get("val") for node in gm.graph.nodes]
+    return compat.backed_size_hints(compat.shape_env(example_inputs), compat.free_symbol_names(values))
+
+
+def _written_inputs(gm: torch.fx.GraphModule) -> list[int]:
+    """Inputs the graph itself writes (AOTAutograd keeps input mutations as `copy_` nodes where it can;
+    where it cannot, the new values are extra outputs and the input is not written in the graph)."""
+    position = {node: i for i, node in enumerate(gm.graph.find_nodes(op="placeholder"))}
+    written = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            for argument in compat.written_argument_positions(node.target):
+                if argument < len(node.args) and node.args[argument] in position:
+                    written.add(position[node.args[argument]])
+    return sorted(written)
+
+
+def _saved_static_inputs(placeholders: list[str], forward_static: frozenset[int]) -> list[int]:
+    """Backward inputs that are parameters/buffers themselves: AOTAutograd names a forward input the
+    backward keeps `primals_<k>` (1-based). Saved activations are new tensors on every step."""
+    static = []
+    for index, name in enumerate(placeholders):
+        match = re.fullmatch(r"primals_(\d+)", name)
+        if match and int(match[1]) - 1 in forward_static:
+            static.append(index)
+    return static
+
+
+def _boxed(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    if getattr(compiled, "_boxed_call", False):
+        return compiled
+
+    def call(args: list) -> Any:
+        return compiled(args)
+
+    # AOTAutograd calls functions with this flag as f(list_of_args) and lets them free the inputs early.
+    call._boxed_call = True  # type: ignore[attr-defined]
+    return call
+
+
+# ---- graph breaks -------------------------------------------------------------------------------------
+
+def _clean_reason(text: str) -> str:
+    """Dynamo's reason up to its developer-only tail ("Developer debug context", the docs link)."""
+    kept = []
+    for line in str(text).strip().splitlines():
+        if line.strip().startswith(("Developer debug context", "For more details")):
+            break
+        kept.append(line.rstrip())
+    reason = "\n".join(kept).strip()
+    return reason if len(reason) <= _MAX_REASON_CHARS else reason[: _MAX_REASON_CHARS - 1] + "…"
+
+
+def _break_entry(reason: Any) -> dict[str, Any] | None:
+    stack = list(getattr(reason, "user_stack", None) or [])
+    frames = [f for f in stack if is_user_file(_abspath(getattr(f, "filename", "")))]
+    if not frames:
+        return None
+    frame = frames[-1]  # innermost: where the unsupported code is
+    return {"file": _abspath(frame.filename), "line": int(frame.lineno), "reason": _clean_reason(reason.reason)}
+
+
+def _abspath(file: str) -> str:
+    return os.path.abspath(file) if file and not file.startswith("<") else file
+
+
+def graph_breaks(function: FunctionInfo | None = None) -> list[dict[str, Any]]:
+    """Dynamo's graph breaks in this process as [{file, line, reason}], deduplicated.
+
+    Read from the list Dynamo keeps anyway (cheap; emptied by `torch.compiler.reset()`). With `function`,
+    only breaks whose user stack passes through that function's lines (a break inside a helper it calls
+    counts). The file/line is the innermost user frame: the unsupported call itself.
+    """
+    seen = set()
+    breaks = []
+    for reason in compat.dynamo_graph_break_reasons():
+        entry = _break_entry(reason)
+        if entry is None:
+            continue
+        if function is not None and not any(_inside(function, f) for f in getattr(reason, "user_stack", [])):
+            continue
+        key = (entry["file"], entry["line"], entry["reason"])
+        if key not in seen:
+            seen.add(key)
+            breaks.append(entry)
+    return breaks
+
+
+def _inside(function: FunctionInfo, frame: Any) -> bool:
+    last = function.last_line or function.first_line
+    return _abspath(getattr(frame, "filename", "")) == function.file and function.first_line <= frame.lineno <= last

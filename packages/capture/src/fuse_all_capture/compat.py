@@ -1,0 +1,184 @@
+"""Every access to torch internals that fuse_all_capture makes, in one place.
+
+torch's private modules move between releases; fuse-all runs on torch 2.11 (the GPU machine) and 2.14
+(development). Each helper here degrades to a neutral answer (None, empty) when an attribute is missing
+instead of raising, so a torch upgrade costs metadata, never a compile. Public torch APIs are used
+directly elsewhere; only underscore modules and undocumented attributes go through this file.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Callable, Iterable
+
+import torch
+
+
+def aot_autograd(**kwargs: Any) -> Callable[..., Any]:
+    """torch's AOTAutograd backend factory (Dynamo graph -> ATen fw/bw/inference graphs)."""
+    from torch._dynamo.backends.common import aot_autograd as factory
+
+    return factory(**kwargs)
+
+
+def partition_function(name: str) -> Callable[..., Any]:
+    """AOTAutograd's joint-graph partitioners: "min_cut" (recompute cheap ops in bw) or "default"."""
+    from torch._functorch import partitioners
+
+    if name == "min_cut":
+        return partitioners.min_cut_rematerialization_partition
+    if name == "default":
+        return partitioners.default_partition
+    raise ValueError(f"unknown partition {name!r}; expected 'min_cut' or 'default'")
+
+
+def core_aten_decompositions() -> dict[Any, Callable[..., Any]]:
+    """torch's core-ATen decomposition table as a plain dict (2.6+ returns a lazy CustomDecompTable)."""
+    from torch._decomp import core_aten_decompositions as table
+
+    return dict(table().items())
+
+
+def get_decompositions(ops: Iterable[Any]) -> dict[Any, Callable[..., Any]]:
+    """torch's registered decompositions for `ops` (packets expand to all their overloads)."""
+    from torch._decomp import get_decompositions as lookup
+
+    return dict(lookup(list(ops)).items())
+
+
+def aten_op(name: str) -> Any | None:
+    """`torch.ops.aten.<name>` or None when this torch lacks it (ops come and go between releases)."""
+    try:
+        return getattr(torch.ops.aten, name)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def forward_metadata() -> Any | None:
+    """AOTAutograd's ViewAndMutationMeta for the graph being compiled, if a tracing context has one."""
+    try:
+        from torch._guards import TracingContext
+    except ImportError:
+        return None
+    context = TracingContext.try_get()
+    return getattr(context, "fw_metadata", None) if context is not None else None
+
+
+def static_input_indices(meta: Any) -> list[int]:
+    """Inputs whose storage stays put between calls (parameters, buffers, marked-static tensors)."""
+    return list(getattr(meta, "static_input_indices", None) or [])
+
+
+def written_argument_positions(target: Any) -> list[int]:
+    """Positions of the arguments an ATen op writes (`Tensor(a!)` in its schema), e.g. [0] for copy_."""
+    schema = getattr(target, "_schema", None)
+    arguments = getattr(schema, "arguments", None) or []
+    return [i for i, a in enumerate(arguments) if getattr(getattr(a, "alias_info", None), "is_write", False)]
+
+
+def num_forward_returns(meta: Any) -> int | None:
+    """How many leading outputs of a training forward graph go back to the user (the rest are saved)."""
+    value = getattr(meta, "num_forward_returns", None)
+    return value if isinstance(value, int) else None
+
+
+def shape_env(example_inputs: Iterable[Any]) -> Any | None:
+    """The ShapeEnv of the compile: from the tracing context, else from a fake tensor or SymInt input."""
+    try:
+        from torch._guards import TracingContext
+
+        context = TracingContext.try_get()
+    except ImportError:
+        context = None
+    fake_mode = getattr(context, "fake_mode", None)
+    if getattr(fake_mode, "shape_env", None) is not None:
+        return fake_mode.shape_env
+    for value in example_inputs:
+        if isinstance(value, torch.SymInt):
+            return getattr(value.node, "shape_env", None)
+        env = getattr(getattr(value, "fake_mode", None), "shape_env", None)
+        if env is not None:
+            return env
+    return None
+
+
+def free_symbol_names(values: Iterable[Any]) -> set[str]:
+    """Names of the size symbols in the shapes/strides of these tensors and SymInts."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    names: set[str] = set()
+    pending = list(values)
+    while pending:
+        value = pending.pop()
+        if isinstance(value, (list, tuple)):  # multi-output nodes keep a tuple of values
+            pending.extend(value)
+        elif isinstance(value, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
+            names.update(str(symbol) for symbol in free_symbols(value))
+    return names
+
+
+def backed_size_hints(env: Any, names: set[str]) -> dict[str, int]:
+    """Symbol name -> the example value Dynamo traced with, for `names` (unbacked symbols have none)."""
+    if env is None or not names:
+        return {}
+    # 2.14 renamed var_to_val to backed_var_to_val and deprecated the old name (with a warning).
+    values = getattr(env, "backed_var_to_val", None)
+    if values is None:
+        values = getattr(env, "var_to_val", None) or {}
+    hints = {}
+    for symbol, value in values.items():
+        if str(symbol) not in names:
+            continue
+        try:
+            hints[str(symbol)] = int(value)
+        except (TypeError, ValueError):
+            continue
+    return hints
+
+
+def compiling_frame_code() -> Any | None:
+    """The code object Dynamo is compiling right now (only valid inside a Dynamo backend call)."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+    except ImportError:
+        return None
+    current = getattr(InstructionTranslator, "current_tx", None)
+    try:
+        tx = current() if current is not None else None
+    except AttributeError:  # no translator is active on this thread
+        return None
+    return getattr(tx, "f_code", None)
+
+
+def graph_compile_reason(dynamo_gm: Any) -> Any | None:
+    """Why Dynamo ended this graph: GraphCompileReason(reason, user_stack, graph_break)."""
+    return getattr(dynamo_gm, "compile_subgraph_reason", None)
+
+
+def dynamo_graph_break_reasons() -> list[Any]:
+    """Every graph break Dynamo recorded in this process since the last `torch.compiler.reset()`."""
+    try:
+        from torch._dynamo import utils
+    except ImportError:
+        return []
+    return list(getattr(utils, "graph_break_reasons", None) or [])
+
+
+def tree_leaves(value: Any) -> list[Any]:
+    """Flatten nested outputs (tuples, dicts, ModelOutput-style registered containers) to leaves."""
+    from torch.utils import _pytree
+
+    return _pytree.tree_leaves(value)
+
+
+@functools.lru_cache(None)
+def torch_source_dirs() -> tuple[str, ...]:
+    """Folders whose frames are torch's own, not the user's (torch and functorch packages)."""
+    dirs = [os.path.dirname(os.path.abspath(torch.__file__))]
+    try:
+        import functorch
+
+        dirs.append(os.path.dirname(os.path.abspath(functorch.__file__)))
+    except ImportError:
+        pass
+    return tuple(d + os.sep for d in dirs)

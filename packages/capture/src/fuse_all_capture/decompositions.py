@@ -1,0 +1,145 @@
+"""The decomposition table fuse-all hands to AOTAutograd.
+
+What the captured graph should contain is decided by what fuses:
+
+* Decomposed (so the IR sees pointwise ops and plain reductions it lowers and fuses itself): softmax and
+  log_softmax (-> amax/sub/exp/sum/div), layer/group/batch norm in all their ATen spellings and their
+  backwards, gelu/silu/hardswish/elu/leaky_relu/hardtanh and their backwards, mean, var, std, var_mean,
+  std_mean, addcmul/addcdiv/lerp, plus torch's whole core-ATen table (t/transpose -> permute, sum ->
+  sum.dim_IntList, ...). mean and the variance family use our own decompositions below: torch's go through
+  `torch._refs` and leave `prims.*` ops (prims.var, prims.sum, prims.broadcast_in_dim) in the graph, and
+  prims.var is a Welford reduction our IR does not have. Ours use aten.sum twice (mean, then squared
+  deviations), which the IR fuses into one two-phase reduction kernel.
+* Kept as one ATen op (an extern call to a vendor library beats anything we would generate):
+  convolution (+backward), mm/addmm/bmm/baddbmm, embedding (+dense backward: a scatter-add), random ops
+  (native_dropout, bernoulli: our kernels have no RNG), im2col/col2im, and scaled-dot-product attention.
+  For attention we drop the decompositions of `scaled_dot_product_attention` and of the CPU flash kernel,
+  so ATen's dispatcher picks the fused flash / memory-efficient kernel (CUDA) or the CPU flash kernel:
+  for BERT that is one memory-bound-free kernel instead of matmul + softmax + matmul with an S x S
+  intermediate. The surrounding projections, bias adds, dropout-free residuals and norms still fuse.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable, Sequence
+
+import torch
+
+from . import compat
+
+# Ops whose core-ATen decomposition we do not want; packets cover every overload.
+_KEEP_IN_ATEN = (
+    "convolution", "convolution_backward", "mm", "addmm", "bmm", "baddbmm",
+    "embedding", "embedding_dense_backward", "native_dropout", "bernoulli",
+    "im2col", "col2im",
+    "scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+)
+
+# Core ATen ops that torch's core table leaves alone but the IR would rather see decomposed.
+_EXTRA_DECOMPOSED = (
+    "_softmax", "_log_softmax", "gelu", "elu", "leaky_relu", "hardtanh",
+    "native_layer_norm", "native_group_norm",
+    "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training", "_batch_norm_with_update", "_batch_norm_with_update_functional",
+    "_batch_norm_no_update", "batch_norm_backward", "split_with_sizes",
+)
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+@functools.lru_cache(None)
+def _cached_table() -> dict[Any, Callable[..., Any]]:
+    table = compat.core_aten_decompositions()
+    table.update(compat.get_decompositions(op for op in map(compat.aten_op, _EXTRA_DECOMPOSED) if op is not None))
+    table.update(_own_decompositions())
+    keep = {op for op in map(compat.aten_op, _KEEP_IN_ATEN) if op is not None}
+    return {op: fn for op, fn in table.items() if getattr(op, "overloadpacket", op) not in keep}
+
+
+def decomposition_table() -> dict[Any, Callable[..., Any]]:
+    """fuse-all's decomposition table (a fresh dict each call; the module docstring says what and why)."""
+    return dict(_cached_table())
+
+
+# ---- our own decompositions -------------------------------------------------------------------------
+# They run under AOTAutograd's tracer, so every torch call below becomes an ATen node in the graph.
+# Returning NotImplemented makes the tracer keep the original op.
+
+def _reduction_dims(x: torch.Tensor, dim: Any) -> list[int]:
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(x.dim()))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return sorted({d % max(x.dim(), 1) for d in dims})
+
+
+def _count(x: torch.Tensor, dims: Sequence[int]) -> Any:
+    """Number of reduced elements; a SymInt when the sizes are symbolic."""
+    return math.prod([x.shape[d] for d in dims]) if x.dim() else 1
+
+
+def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    # Eager accumulates half-precision reductions in float32; summing in fp16/bf16 would lose digits.
+    return torch.float32 if dtype in _LOW_PRECISION else dtype
+
+
+def _mean(x: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Any:
+    out_dtype = dtype or x.dtype
+    if not (out_dtype.is_floating_point or out_dtype.is_complex) or x.dim() == 0:
+        return NotImplemented  # eager raises for integer means; 0-d means are a copy
+    dims = _reduction_dims(x, dim)
+    acc = _accumulation_dtype(out_dtype)
+    total = torch.ops.aten.sum.dim_IntList(x, dims, keepdim, dtype=acc)
+    return (total / _count(x, dims)).to(out_dtype)
+
+
+def _var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    if not x.dtype.is_floating_point or x.dim() == 0:
+        return NotImplemented  # complex variance needs |x - mean|^2; 0-d inputs are an edge case: leave to ATen
+    dims = _reduction_dims(x, dim)
+    n = _count(x, dims)
+    acc = _accumulation_dtype(x.dtype)
+    wide = x.to(acc)
+    mean = torch.ops.aten.sum.dim_IntList(wide, dims, True) / n
+    deviation = wide - mean
+    squares = torch.ops.aten.sum.dim_IntList(deviation * deviation, dims, keepdim)
+    # Eager divides by max(0, N - correction): 0/0 gives nan, x/0 gives inf, exactly like ATen.
+    var = squares / torch.sym_max(n - (1 if correction is None else correction), 0)
+    if not keepdim:
+        mean = torch.ops.aten.squeeze.dims(mean, dims)
+    return var.to(x.dtype), mean.to(x.dtype)
+
+
+def _var(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    result = _var_mean(x, dim, correction=correction, keepdim=keepdim)
+    return result if result is NotImplemented else result[0]
+
+
+def _std_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    result = _var_mean(x, dim, correction=correction, keepdim=keepdim)
+    return result if result is NotImplemented else (torch.sqrt(result[0]), result[1])
+
+
+def _std(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    result = _var_mean(x, dim, correction=correction, keepdim=keepdim)
+    return result if result is NotImplemented else torch.sqrt(result[0])
+
+
+def _own_decompositions() -> dict[Any, Callable[..., Any]]:
+    aten = torch.ops.aten
+    table: dict[Any, Callable[..., Any]] = {}
+
+    def register(packet_name: str, overloads: Sequence[str], fn: Callable[..., Any]) -> None:
+        packet = compat.aten_op(packet_name)
+        for overload in overloads:
+            op = getattr(packet, overload, None) if packet is not None else None
+            if op is not None:
+                table[op] = fn
+
+    register("mean", ["dim"], _mean)
+    table[aten.mean.default] = lambda x, *, dtype=None: _mean(x, None, False, dtype=dtype)
+    register("var_mean", ["correction"], _var_mean)
+    register("var", ["correction"], _var)
+    register("std_mean", ["correction"], _std_mean)
+    register("std", ["correction"], _std)
+    return table

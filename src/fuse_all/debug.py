@@ -1,0 +1,116 @@
+"""The debug folder: with `FUSE_ALL_DEBUG=1` (or torch's `TORCH_COMPILE_DEBUG=1`), one folder per graph.
+
+    <root>/<graph_id>/aten_graph.txt        the captured ATen graph with user source lines
+                      ir_before_fusion.txt  the lowered IR
+                      ir_after_fusion.txt   the scheduled program
+                      fusion_report.txt     what fused, and why every other pair did not
+                      output_code.py        the runnable host program
+                      kernels/<name>.<ext>  each kernel's source
+
+<root> is `$FUSE_ALL_DEBUG_DIR`, else `./fuse_all_debug/run_<timestamp>_<pid>`; its path is printed once
+per process on stderr. Debug output is best effort: a folder that cannot be written logs a warning and
+the compile goes on.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path, PurePosixPath
+from typing import Mapping
+
+log = logging.getLogger("fuse_all")
+
+ENABLE_VARIABLES = ("FUSE_ALL_DEBUG", "TORCH_COMPILE_DEBUG")
+DIR_VARIABLE = "FUSE_ALL_DEBUG_DIR"
+
+ATEN_GRAPH = "aten_graph.txt"
+IR_BEFORE_FUSION = "ir_before_fusion.txt"
+IR_AFTER_FUSION = "ir_after_fusion.txt"
+FUSION_REPORT = "fusion_report.txt"
+OUTPUT_CODE = "output_code.py"
+KERNELS = "kernels"
+
+_KERNEL_SUFFIX = {"cpp": ".cpp", "triton": ".py"}
+_TRUE = {"1", "true", "yes", "on"}
+
+_lock = threading.Lock()
+_default_root: Path | None = None
+_announced: set[Path] = set()
+
+
+def debug_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """True when FUSE_ALL_DEBUG or TORCH_COMPILE_DEBUG is set to 1/true/yes/on."""
+    env = os.environ if env is None else env
+    return any(env.get(name, "").strip().lower() in _TRUE for name in ENABLE_VARIABLES)
+
+
+def debug_root(env: Mapping[str, str] | None = None) -> Path:
+    """The folder that holds this process's graph folders (absolute)."""
+    global _default_root
+    env = os.environ if env is None else env
+    if env.get(DIR_VARIABLE):
+        return Path(env[DIR_VARIABLE]).expanduser().absolute()
+    with _lock:
+        if _default_root is None:
+            # One run folder per process, fixed at its first compile, so all its graphs land together.
+            stamp = time.strftime("%Y%m%d_%H%M%S")
+            _default_root = Path.cwd() / "fuse_all_debug" / f"run_{stamp}_{os.getpid()}"
+        return _default_root
+
+
+class DebugDir:
+    """The debug folder of one graph."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    @classmethod
+    def for_graph(cls, graph_id: str, *, force: bool = False) -> DebugDir | None:
+        """The folder of `graph_id`, created; None when debug output is off (and not `force`d) or the
+        folder cannot be created."""
+        if not (force or debug_enabled()):
+            return None
+        if not graph_id or any(c in graph_id for c in "/\\") or graph_id in (".", ".."):
+            raise ValueError(f"not a graph id: {graph_id!r}")
+        root = debug_root()
+        try:
+            (root / graph_id / KERNELS).mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            log.warning("fuse-all: cannot create the debug folder %s: %s", root / graph_id, error)
+            return None
+        _announce(root)
+        return cls(root / graph_id)
+
+    def write(self, name: str, text: str) -> Path | None:
+        """Write `text` to `name` (a relative path such as "kernels/kernel_0.cpp"); the written path, or
+        None when writing failed (logged)."""
+        target = self.path / _relative(name)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        except OSError as error:
+            log.warning("fuse-all: cannot write debug file %s: %s", target, error)
+            return None
+        return target
+
+    def write_kernel(self, name: str, source: str, language: str) -> Path | None:
+        """kernels/<name>.cpp for C++ kernels, kernels/<name>.py for Triton ones."""
+        return self.write(f"{KERNELS}/{name}{_KERNEL_SUFFIX.get(language, '.txt')}", source)
+
+
+def _relative(name: str) -> PurePosixPath:
+    path = PurePosixPath(name.replace("\\", "/"))
+    if path.is_absolute() or not path.parts or ".." in path.parts:
+        raise ValueError(f"debug file names are relative paths inside the graph folder, got {name!r}")
+    return path
+
+
+def _announce(root: Path) -> None:
+    with _lock:
+        if root in _announced:
+            return
+        _announced.add(root)
+    print(f"fuse-all: debug output in {root}", file=sys.stderr, flush=True)
