@@ -22,10 +22,22 @@ class IllegalFusion(Exception):
 
 
 def iteration_ranges(node: Node) -> tuple[tuple, tuple]:
-    """(outer, reduction) ranges of a node's own loops, outer in storage (iteration) order."""
+    """(outer, reduction) ranges of a node's own loops, outer in storage (iteration) order. Dimensions of
+    size 1 are dropped: they don't loop, and views that add or remove them ((1, 12, 768) vs (12, 768))
+    then still land in one kernel."""
     if node.kind == "reduction":
-        return tuple(node.spec.size), tuple(node.reduction_size)
-    return tuple(node.spec.size[d] for d in node.iter_order), ()
+        return _loops(node.spec.size), _loops(node.reduction_size)
+    return _loops(node.spec.size[d] for d in node.iter_order), ()
+
+
+def _loops(sizes) -> tuple:
+    return tuple(s for s in sizes if s != 1)
+
+
+def _assign(sizes, loop_vars) -> list:
+    """Index per dimension: the next loop variable for each dimension that loops, 0 for size-1 ones."""
+    loop_vars = iter(loop_vars)
+    return [sympy.Integer(0) if s == 1 else next(loop_vars) for s in sizes]
 
 
 @dataclass
@@ -59,16 +71,16 @@ def _same(a, b) -> bool:
 
 def node_index(group: Group, node: Node):
     """The node's logical index (and reduction index) in the group's loop variables."""
-    n_outer = len(group.outer)
     if node.kind == "reduction":
-        return [xvar(k) for k in range(len(node.spec.size))], [rvar(k) for k in range(len(node.reduction_size))]
-    space = group.space_of(node)
-    loop_vars = [xvar(k) for k in range(n_outer)]
-    if space == "red":
+        return (_assign(node.spec.size, (xvar(k) for k in range(len(group.outer)))),
+                _assign(node.reduction_size, (rvar(k) for k in range(len(group.reduction)))))
+    loop_vars = [xvar(k) for k in range(len(group.outer))]
+    if group.space_of(node) == "red":
         loop_vars += [rvar(k) for k in range(len(group.reduction))]
+    in_loop_order = _assign([node.spec.size[d] for d in node.iter_order], loop_vars)
     index = [None] * len(node.spec.size)
     for position, dim in enumerate(node.iter_order):
-        index[dim] = loop_vars[position]
+        index[dim] = in_loop_order[position]
     return index, None
 
 

@@ -276,8 +276,9 @@ class GraphLowering:
     def _lower_call(self, node):
         target = node.target
         if target is operator.getitem:
-            container = self.env[node.args[0].name]
-            return container[node.args[1]]
+            item = self.env[node.args[0].name][node.args[1]]
+            self._maybe_realize(node, item)
+            return item
         if not isinstance(target, torch._ops.OpOverload):
             return self._lower_python_op(node)
         lowering = LOWERINGS.get(target)
