@@ -1,0 +1,67 @@
+"""The real engine on a GPU (skipped elsewhere; bench/gpu_cudagraphs_check.py covers more, with timings)."""
+import pytest
+import torch
+
+from fuse_all_cudagraphs import GraphPool, wrap
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def test_replays_read_the_callers_memory_and_copy_nothing():
+    x = torch.randn(4096, device="cuda")
+    g = wrap(lambda a: (a[0].cos().sin(),), [x])
+    for _ in range(4):
+        x.normal_()
+        assert torch.allclose(g([x])[0], x.cos().sin())
+    assert (g.stats["captures"], g.stats["replays"], g.stats["input_copies"]) == (1, 3, 0)
+
+
+def test_a_kept_result_survives_later_replays():
+    x = torch.ones(128, device="cuda")
+    g = wrap(lambda a: (a[0] + 1,), [x])
+    kept = [g([x])[0] for _ in range(3)]
+    x.fill_(10.0)
+    later = [g([x])[0] for _ in range(3)]
+    assert all(torch.equal(k, torch.full_like(x, 2.0)) for k in kept)
+    assert all(torch.equal(t, torch.full_like(x, 11.0)) for t in later)
+
+
+def test_a_host_sync_inside_the_function_falls_back_and_the_next_capture_works():
+    x = torch.randn(64, device="cuda")
+    g = wrap(lambda a: (a[0] * a[0].max().item(),), [x])
+    for _ in range(3):
+        assert torch.allclose(g([x])[0], x * x.max().item())
+    assert g.decisions[-1].kind == "fallback" and g.decisions[-1].reason.startswith("capture failed")
+    h = wrap(lambda a: (a[0] * 2,), [x])
+    for _ in range(3):
+        assert torch.equal(h([x])[0], x * 2)
+    assert h.stats["captures"] == 1
+
+
+def test_training_steps_through_the_backend_match_eager():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 1)).cuda()
+    reference = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 1)).cuda()
+    reference.load_state_dict(model.state_dict())
+    torch.compiler.reset()
+    compiled = torch.compile(model, backend="fuse_all_cudagraphs")
+    for _ in range(6):
+        x = torch.randn(16, 64, device="cuda")
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        compiled(x).square().mean().backward()
+        reference(x).square().mean().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            assert torch.allclose(p.grad, q.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_graphs_chained_through_one_pool_pass_outputs_without_copies():
+    pool = GraphPool()
+    x = torch.randn(256, device="cuda")
+    f = wrap(lambda a: (a[0].exp(),), [x], pool=pool, name="f")
+    h = wrap(lambda a: (a[0].log(),), [x], pool=pool, name="h")
+    for _ in range(4):
+        assert torch.allclose(h([f([x])[0]])[0], x, atol=1e-5)
+    assert pool.graph_names() == ["f", "h"]
+    # h reads f's output where f's graph writes it: chained graphs copy nothing
+    assert (f.stats["captures"], h.stats["captures"], h.stats["input_copies"]) == (1, 1, 0)
