@@ -144,15 +144,24 @@ def _aten_call(gm: torch.fx.GraphModule):
     return call
 
 
+_POOLS: dict = {}   # one CUDA graph memory pool per Dynamo graph: its forward and backward share it
+
+
 def _maybe_cudagraphs(call, graph, opts: Options, record: CompiledGraph):
     if not opts.cudagraphs:
         record.cudagraphs = {"enabled": False, "decision": "mode is not reduce-overhead"}
         return call
-    import fuse_all_cudagraphs
     decisions = []
-    wrapped = fuse_all_cudagraphs.wrap_compiled(call, graph, on_fallback=decisions.append)
     record.cudagraphs = {"enabled": True, "decisions": decisions}
-    return wrapped
+    if not graph.device.startswith("cuda"):
+        decisions.append(f"graph runs on {graph.device}: CUDA graphs need CUDA tensors")
+        return call
+    import fuse_all_cudagraphs as cudagraphs
+    stem = graph.graph_id.removesuffix("_fwd").removesuffix("_bwd")
+    pool = _POOLS.setdefault(stem, cudagraphs.GraphPool())
+    return cudagraphs.wrap(call, graph.example_inputs, static_input_indices=graph.static_input_indices,
+                           mutated_input_indices=graph.mutated_input_indices, pool=pool, name=graph.graph_id,
+                           on_fallback=lambda reason: decisions.append(str(reason)), check_input_metadata=False)
 
 
 def _cache_dir(kind: str) -> str:
