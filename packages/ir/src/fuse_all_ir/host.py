@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import sympy
 import torch
 
+from ._torch_compat import real_tensor_mode
 from .program import Alloc, BufferRef, ExternCall, Free, Kernel, KernelCall, Program, TensorSpec
 from .symbolic import FloorDiv, ModularIndexing
 
@@ -108,9 +109,12 @@ def render_host_program(program: Program, target: KernelTarget) -> str:
         "",
         target.render_prelude(program),
         "",
-        "",
-        "def call(args):",
     ]
+    with real_tensor_mode():
+        for name, value in program.constants.items():
+            lines.append(f"{name} = torch.tensor({value.tolist()!r}, dtype={value.dtype}).reshape("
+                         f"{tuple(value.shape)!r}).to({program.device!r})")
+    lines += ["", "", "def call(args):"]
     body = _render_call_body(program, target)
     lines += ["    " + line for line in body]
     lines += ["", "", _render_main(program)]
@@ -208,6 +212,7 @@ def load_host_program(source: str, directory: str):
         os.replace(tmp, path)
     spec = importlib.util.spec_from_file_location(f"fuse_all_output_{digest}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with real_tensor_mode():  # compiles run under FakeTensorMode; the module's constants must be real
+        spec.loader.exec_module(module)
     module.__fuse_all_path__ = path
     return module

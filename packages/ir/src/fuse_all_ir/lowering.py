@@ -11,11 +11,13 @@ import torch
 import torch.fx
 
 from . import dtypes
+from ._torch_compat import real_tensor_mode
 from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, load
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .symbolic import free_size_symbols
 
 LOWERINGS: dict = {}
+MAX_CONSTANT_ELEMENTS = 4096
 
 
 class Unsupported(Exception):
@@ -106,6 +108,7 @@ class GraphLowering:
         self.size_hints: dict = {}
         self.fallbacks: list = []
         self.inlined: list = []
+        self.constants: dict = {}
         self.env: dict = {}
         self._counter = 0
         self.current: torch.fx.Node | None = None
@@ -233,10 +236,12 @@ class GraphLowering:
                     CURRENT_ORIGIN.reset(token)
             elif node.op == "output":
                 outputs = [self._lower_output(a) for a in node.args[0]]
+            elif node.op == "get_attr":
+                self.env[node.name] = self._lower_constant(node)
             elif node.op != "placeholder":
                 raise Unsupported(f"fx node kind {node.op}")
         return LoweredGraph(self.graph_id, self.device, self.inputs, self.nodes, self.externs, outputs,
-                            self.size_symbols, self.size_hints, self.fallbacks, self.inlined)
+                            self.size_symbols, self.size_hints, self.fallbacks, self.inlined, self.constants)
 
     def _lower_placeholder(self, i, node, example):
         name = f"arg{i}"
@@ -262,6 +267,23 @@ class GraphLowering:
             self.inputs.append(GraphInput(name, "other"))
             self.env[node.name] = name  # passed through opaquely to ATen calls
         self._record_hints(val)
+
+    def _lower_constant(self, node):
+        """A tensor constant of the graph (e.g. `torch.tensor([1, 2])` in user code): embedded in the host
+        program as a literal, so output_code.py stays self-contained."""
+        value = self.gm
+        for part in node.target.split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor) or value.numel() > MAX_CONSTANT_ELEMENTS:
+            raise Unsupported(f"graph constant {node.target} is too large to embed ({value.numel()} elements)")
+        with real_tensor_mode():
+            value = value.detach().to("cpu").contiguous().clone()
+        name = f"const{len(self.constants)}"
+        spec = TensorSpec(_dtype_str(value.dtype), tuple(sym(s) for s in value.shape),
+                          contiguous_strides(tuple(sym(s) for s in value.shape)), sympy.Integer(0), self.device)
+        self.constants[name] = value
+        self.nodes[name] = Node(name, "input", spec)
+        return buffer_value(name, spec)
 
     def _record_hints(self, val):
         values = [val] if not isinstance(val, torch.Tensor) else list(val.shape) + list(val.stride())

@@ -118,3 +118,4 @@ class LoweredGraph:
     size_hints: dict
     fallbacks: list = field(default_factory=list)   # (aten op, reason) for ops run in ATen
     inlined: list = field(default_factory=list)     # (aten op, origin) folded into consumers' expressions
+    constants: dict = field(default_factory=dict)   # name -> small CPU tensor embedded in the host program

@@ -216,3 +216,4 @@ class Program:
     size_symbols: dict[sympy.Symbol, str] = field(default_factory=dict)  # symbol -> host expr computing it
     size_hints: dict[sympy.Symbol, int] = field(default_factory=dict)    # example value of each symbol
     report: Any = None                   # fusion_report.FusionReport
+    constants: dict = field(default_factory=dict)  # name -> small tensor (read like an input), embedded in code

@@ -73,7 +73,7 @@ def schedule(lowered: LoweredGraph) -> Program:
 
     return Program(graph_id=lowered.graph_id, device=lowered.device, inputs=lowered.inputs, buffers=buffers,
                    kernels=kernels, steps=steps, outputs=lowered.outputs, size_symbols=lowered.size_symbols,
-                   size_hints=lowered.size_hints, report=report)
+                   size_hints=lowered.size_hints, report=report, constants=lowered.constants)
 
 
 def _topological(units, deps, priority) -> list:

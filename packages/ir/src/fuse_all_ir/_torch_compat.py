@@ -1,0 +1,13 @@
+"""The torch internals the IR relies on, in one place (torch 2.11 and 2.14 both provide these)."""
+from __future__ import annotations
+
+import contextlib
+
+
+def real_tensor_mode():
+    """A context in which real tensors can be read while a compile runs under FakeTensorMode."""
+    try:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+    except ImportError:  # pragma: no cover - older torch
+        return contextlib.nullcontext()
+    return unset_fake_temporarily()
