@@ -1,0 +1,22 @@
+"""Renders fuse-all IR kernels to Triton, compiles, autotunes and launches them.
+
+    from fuse_all_codegen_triton import TritonTarget
+    source = render_host_program(program, TritonTarget())        # fuse_all_ir.host
+    module = load_host_program(source, folder)                      # starts compiling every kernel
+    wait_compiled(module)                                           # optional: surface compile errors now
+    outputs = module.call(inputs)
+"""
+from .__about__ import __version__
+from .runtime import TritonKernel
+from .target import TritonTarget
+
+
+def wait_compiled(module) -> None:
+    """Block until every kernel of a loaded host program has compiled (they compile in parallel in the
+    background from the moment the module is imported); raises the first compile error."""
+    for value in list(vars(module).values()):
+        if isinstance(value, TritonKernel):
+            value.wait_compiled()
+
+
+__all__ = ["__version__", "TritonTarget", "TritonKernel", "wait_compiled"]

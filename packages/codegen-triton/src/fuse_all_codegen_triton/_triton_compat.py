@@ -1,0 +1,155 @@
+"""Every Triton detail that differs between versions (3.6 on the GPU machine, 3.8 here) or that reaches
+into Triton's internals lives here, so a new Triton release means reading one small file.
+
+What we rely on, checked against 3.6.0 and 3.8.0:
+* `triton.compiler.ASTSource(fn, signature, constexprs, attrs)` + `triton.compile(src, target, options)`:
+  compile one specialisation with a signature we choose (no tensors needed, so it can run ahead of the
+  first call, in a thread).
+* `CompiledKernel.run(gx, gy, gz, stream, function, packed_metadata, launch_metadata, enter_hook,
+  exit_hook, *args)` with every kernel parameter (constexprs included) in order: what
+  `JITFunction.run` itself calls in both versions. Pointers may be passed as ints.
+* Under `TRITON_INTERPRET=1`, `triton.jit` returns an interpreted function launched as `fn[grid](...)`;
+  libdevice is not available there, so `libdevice` below is our NumPy/torch shim.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import triton
+import triton.language as tl
+
+TRITON_VERSION = triton.__version__
+
+
+def interpret_mode() -> bool:
+    """Whether kernels run in Triton's CPU interpreter (`TRITON_INTERPRET=1` before triton's import)."""
+    try:
+        from triton import knobs
+        return bool(knobs.runtime.interpret)
+    except (ImportError, AttributeError):  # pragma: no cover - older layouts
+        return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+# The libdevice module the generated kernels call (tan, erfc, pow, ...). On GPUs the portable stub
+# module is remapped to the backend's libdevice by Triton's code generator.
+if interpret_mode():
+    from . import _interpret_libdevice as libdevice  # noqa: F401
+else:
+    from triton.language.extra import libdevice  # noqa: F401
+
+
+# ---- compiling ----------------------------------------------------------------------------------------
+
+@functools.lru_cache(None)
+def get_target(device_index: int):
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+    import torch
+    if torch.version.hip is None and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(device_index)
+        return GPUTarget("cuda", major * 10 + minor, 32)
+    return driver.active.get_current_target()  # pragma: no cover - HIP / XPU: untested
+
+
+@functools.lru_cache(None)
+def _backend(target):
+    from triton.compiler.compiler import make_backend
+    return make_backend(target)
+
+
+def compile_kernel(fn, signature: dict, constexprs: dict, divisible: tuple[int, ...], num_warps: int,
+                   num_stages: int, device_index: int | None = None, target=None):
+    """Compile `fn` (a JITFunction) for `signature` ({param: "*fp32" | "i32" | "constexpr"}) with the
+    given constexpr values ({param: value}). Parameters whose index is in `divisible` are promised to be
+    multiples of 16 (pointers: 16-byte aligned): what lets Triton vectorise loads and masks. Returns a
+    CompiledKernel (not yet loaded). `target` (a GPUTarget) allows compiling without a GPU."""
+    from triton.compiler import ASTSource
+    target = target or get_target(device_index)
+    backend = _backend(target)
+    attrs = {(i,): backend.parse_attr("D") for i in divisible}
+    src = ASTSource(fn, signature, {(fn.arg_names.index(k),): v for k, v in constexprs.items()}, attrs)
+    return triton.compile(src, target=target, options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+def load_compiled(compiled, device_index: int):
+    """Load the binary on the device (cubin into the context; on 3.6 also builds the C launcher) and
+    return (runner, function, packed_metadata) for `launch`."""
+    import torch
+    with torch.cuda.device(device_index):
+        compiled._init_handles()
+    return compiled.run, compiled.function, compiled.packed_metadata
+
+
+def direct_launch(runner):
+    """Skip the Python layer of Triton 3.6's `CudaLauncher.__call__` (two closures and scratch checks per
+    launch) when the kernel needs no scratch memory: returns (launch, extra) so that
+    ``launch(gx, gy, gz, stream, function, *extra, metadata, launch_metadata, enter, exit, *args)`` does
+    exactly what ``runner(gx, gy, gz, stream, function, metadata, ...)`` does. None when not applicable
+    (other versions keep the plain runner). FUSE_ALL_TRITON_DIRECT_LAUNCH=0 turns it off."""
+    if os.environ.get("FUSE_ALL_TRITON_DIRECT_LAUNCH", "1") == "0" or not TRITON_VERSION.startswith("3.6."):
+        return None
+    if type(runner).__name__ != "CudaLauncher" or not hasattr(runner, "launch"):
+        return None
+    if getattr(runner, "global_scratch_size", 1) or getattr(runner, "profile_scratch_size", 1):
+        return None
+    return runner.launch, (runner.launch_cooperative_grid, runner.launch_pdl, None, None)
+
+
+def launch_hooks():
+    """Triton's profiler hooks, or (None, None) when none is installed: both versions keep an empty
+    `HookChain` there, and passing None skips two Python calls per launch (Inductor does the same)."""
+    try:
+        from triton import knobs
+        enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    except (ImportError, AttributeError):  # pragma: no cover
+        from triton.compiler.compiler import CompiledKernel
+        enter, exit_ = CompiledKernel.launch_enter_hook, CompiledKernel.launch_exit_hook
+
+    def active(hook):
+        return hook if hook is not None and getattr(hook, "calls", True) else None
+    return active(enter), active(exit_)
+
+
+def stream_getter():
+    """A fast `device_index -> raw CUDA stream` function (torch's current stream, as Triton uses)."""
+    import torch
+    try:
+        return torch._C._cuda_getCurrentRawStream
+    except AttributeError:  # pragma: no cover
+        return lambda idx: torch.cuda.current_stream(idx).cuda_stream
+
+
+def current_device_getter():
+    import torch
+    return getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+
+
+def cache_dir() -> str:
+    """Triton's own kernel cache (reused for warm starts)."""
+    try:
+        from triton import knobs
+        return knobs.cache.dir
+    except (ImportError, AttributeError):  # pragma: no cover
+        return os.environ.get("TRITON_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".triton", "cache"))
+
+
+def warm_driver() -> None:
+    """Initialise Triton's driver once on the calling thread: its lazy set-up is not thread-safe."""
+    from triton.runtime import driver
+    driver.active.get_current_target()
+
+
+def tl_dtype_name(dtype: str) -> str:
+    """IR dtype name -> `tl.<name>` spelling."""
+    return {"bool": "int1"}.get(dtype, dtype)
+
+
+def pointer_type(dtype: str) -> str:
+    """IR dtype name -> Triton signature pointer type."""
+    return "*" + {"bool": "i1", "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+                  "float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}[dtype]
+
+
+__all__ = ["tl", "libdevice", "interpret_mode", "compile_kernel", "load_compiled", "launch_hooks",
+           "stream_getter", "current_device_getter", "cache_dir", "warm_driver", "TRITON_VERSION"]

@@ -1,0 +1,101 @@
+"""Launch configurations (XBLOCK, RBLOCK, num_warps, num_stages) per kernel kind.
+
+Each function returns candidates, the heuristic's pick first. Heuristic-only mode launches the first one;
+autotuning benchmarks them all on the first call. The lists are short on purpose: every candidate is one
+more Triton compile, and compile time is a headline metric. Small kernels get a single candidate (they
+are launch-bound: no config beats another by more than noise).
+"""
+from __future__ import annotations
+
+from .indexing import next_power_of_2
+
+# Enough programs to fill an H100/H200 (132 SMs) a couple of times over.
+MIN_PROGRAMS = 264
+MAX_PERSISTENT_ELEMENTS = 8192   # X * R values a persistent program keeps live per value
+ROW_TILE = 4096                  # elements a reduction program aims to work on at once
+BIG_POINTWISE = 1 << 21          # below this many elements kernels are launch-bound: no autotuning
+
+
+def _cfg(xblock, rblock, warps, stages=1) -> dict:
+    cfg = {"XBLOCK": int(xblock)}
+    if rblock is not None:
+        cfg["RBLOCK"] = int(rblock)
+    cfg.update(num_warps=int(warps), num_stages=int(stages))
+    return cfg
+
+
+def _dedupe(configs: list[dict]) -> list[dict]:
+    out = []
+    for c in configs:
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def pointwise_configs(xnumel: int, max_autotune: bool = False) -> list[dict]:
+    if xnumel <= 512:
+        block = max(16, next_power_of_2(xnumel))
+        return [_cfg(block, None, max(1, min(4, block // 128)))]
+    if xnumel < BIG_POINTWISE and not max_autotune:
+        return [_cfg(1024, None, 4)]
+    # Streaming kernels: 8-16 elements per thread keeps enough 16-byte loads in flight.
+    configs = [_cfg(1024, None, 4), _cfg(2048, None, 8)]
+    if max_autotune:
+        configs += [_cfg(512, None, 4), _cfg(4096, None, 8), _cfg(4096, None, 16), _cfg(8192, None, 16)]
+    return _dedupe(configs)
+
+
+def _xblock_for(xnumel: int, per_row: int, cap: int) -> int:
+    """The largest power-of-two XBLOCK <= cap with XBLOCK rows of `per_row` about a ROW_TILE, that still
+    leaves MIN_PROGRAMS programs (or 1 when there are few rows)."""
+    x = max(1, min(cap, ROW_TILE // max(1, per_row), next_power_of_2(xnumel)))
+    while x > 1 and (xnumel + x - 1) // x < MIN_PROGRAMS:
+        x //= 2
+    return x
+
+
+def _warps_for(elements: int, lo: int = 2, hi: int = 16) -> int:
+    """About 8 elements (two 16-byte fp32 loads) per thread."""
+    return max(lo, min(hi, next_power_of_2(max(1, elements // 256))))
+
+
+def persistent_configs(xnumel: int, rnumel: int, inner_contiguous: bool, max_autotune: bool = False) -> list:
+    r = next_power_of_2(max(rnumel, 1))
+    # A row-contiguous reduction wants few rows per program (each row a long coalesced read); a
+    # column reduction wants many rows side by side (coalescing runs along x), as many as registers allow.
+    x = _xblock_for(xnumel, r, 64)
+    if not inner_contiguous:
+        x = max(x, min(64, next_power_of_2(xnumel), max(1, MAX_PERSISTENT_ELEMENTS // r)))
+    warps = _warps_for(x * r)
+    configs = [_cfg(x, r, warps)]
+    if x * r >= 2048 and xnumel * rnumel >= BIG_POINTWISE:
+        configs.append(_cfg(x, r, warps * 2 if warps < 16 else warps // 2))
+    if max_autotune:
+        configs += [_cfg(max(1, x // 2), r, max(1, warps // 2)), _cfg(x * 2, r, min(16, warps * 2)),
+                    _cfg(x, r, max(1, warps // 2))]
+    return _dedupe([configs[0]] + [c for c in configs[1:] if c["XBLOCK"] * r <= 2 * MAX_PERSISTENT_ELEMENTS])
+
+
+def looped_configs(xnumel: int, rnumel: int, inner_contiguous: bool, max_autotune: bool = False,
+                   rblock: int | None = None) -> list:
+    if inner_contiguous:
+        r = rblock or min(2048, next_power_of_2(rnumel))
+        x = _xblock_for(xnumel, r, max(1, 2048 // r))
+        configs = [_cfg(x, r, _warps_for(x * r, 4, 8))]
+        if rblock is None and rnumel >= 4096 and xnumel * rnumel >= BIG_POINTWISE:
+            configs.append(_cfg(1, 4096, 16 if x * r >= 4096 else 8))
+        if max_autotune and rblock is None:
+            configs += [_cfg(1, 1024, 4), _cfg(1, 2048, 16), _cfg(2, 1024, 8), _cfg(x, r, 8, 2)]
+    else:
+        r = rblock or min(16, next_power_of_2(rnumel))
+        x = max(1, min(128, next_power_of_2(xnumel)))
+        configs = [_cfg(x, r, _warps_for(x * r, 2, 8))]
+        if rblock is None and xnumel * rnumel >= BIG_POINTWISE:
+            configs.append(_cfg(max(1, x // 2), min(64, r * 2), _warps_for(x * r, 2, 8)))
+        if max_autotune and rblock is None:
+            configs += [_cfg(min(256, x * 2), max(1, r // 2), 8), _cfg(x, r, 4, 2)]
+    return _dedupe(configs)
+
+
+def grid_size(xnumel: int, config: dict) -> int:
+    return (xnumel + config["XBLOCK"] - 1) // config["XBLOCK"]

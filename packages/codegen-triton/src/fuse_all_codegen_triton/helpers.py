@@ -1,0 +1,126 @@
+"""Triton functions the generated kernels call as ``fa.<name>``: the semantics torch has and Triton's
+builtins lack (NaN-propagating max/min, first-occurrence argmax, Python-style integer division).
+
+Kept tiny and branch-free; every function works under the interpreter too.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def maximum(a, b):
+    # torch.maximum: NaN wins. (a > b) is False when either is NaN, so test a for NaN; a NaN b falls
+    # through to b.
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def minimum(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+# Reductions are written with Triton's builtin tl.max/tl.min/tl.sum: the interpreter runs those as NumPy
+# calls, but a custom combine function one element at a time (100x slower), and on GPUs the extra tree
+# reduction is noise next to the memory traffic of the kernel.
+@triton.jit
+def max_nan(x, axis):
+    # torch.max propagates NaN; tl.max ignores it on GPUs
+    has_nan = tl.max((x != x).to(tl.int8), axis) != 0
+    return tl.where(has_nan, float("nan"), tl.max(x, axis))
+
+
+@triton.jit
+def min_nan(x, axis):
+    has_nan = tl.max((x != x).to(tl.int8), axis) != 0
+    return tl.where(has_nan, float("nan"), tl.min(x, axis))
+
+
+@triton.jit
+def _mul(a, b):
+    return a * b
+
+
+@triton.jit
+def prod(x, axis):
+    return tl.reduce(x, axis, _mul)
+
+
+@triton.jit
+def argmax_combine(a, ai, b, bi):
+    # Keep (a, ai) when it is larger, NaN (NaN is the extreme, like torch), or equal with a lower index:
+    # the first occurrence wins, whatever order lanes are combined in.
+    a_nan = a != a
+    b_nan = b != b
+    equal = (a == b) | (a_nan & b_nan)
+    keep = (a > b) | (a_nan & (b == b)) | (equal & (ai < bi))
+    return tl.where(keep, a, b), tl.where(keep, ai, bi)
+
+
+@triton.jit
+def argmin_combine(a, ai, b, bi):
+    a_nan = a != a
+    b_nan = b != b
+    equal = (a == b) | (a_nan & b_nan)
+    keep = (a < b) | (a_nan & (b == b)) | (equal & (ai < bi))
+    return tl.where(keep, a, b), tl.where(keep, ai, bi)
+
+
+@triton.jit
+def argmax(x, index, axis):
+    # The lowest index holding the maximum, NaN counting as the maximum (torch.argmax). Integer x never
+    # has NaN, and stays integer throughout (no float round trip for int64 values).
+    has_nan = tl.expand_dims(tl.max((x != x).to(tl.int8), axis) != 0, axis)
+    hit = tl.where(has_nan, x != x, x == tl.expand_dims(tl.max(x, axis), axis))
+    return tl.min(tl.where(hit, index.to(tl.int64), 2**62), axis)
+
+
+@triton.jit
+def argmin(x, index, axis):
+    has_nan = tl.expand_dims(tl.max((x != x).to(tl.int8), axis) != 0, axis)
+    hit = tl.where(has_nan, x != x, x == tl.expand_dims(tl.min(x, axis), axis))
+    return tl.min(tl.where(hit, index.to(tl.int64), 2**62), axis)
+
+
+@triton.jit
+def floordiv_int(a, b):
+    # Triton's // truncates toward zero (C); Python/torch floor. Fix up when the signs differ.
+    q = a // b
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
+
+
+@triton.jit
+def remainder_int(a, b):
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def remainder_float(a, b):
+    r = a % b  # fmod
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def floordiv_float(a, b):
+    # torch's div_floor_floating: exact for representable quotients, unlike floor(a / b).
+    mod = a % b
+    div = (a - mod) / b
+    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
+    floor_div = tl.floor(div)
+    floor_div = tl.where(div - floor_div > 0.5, floor_div + 1.0, floor_div)
+    floor_div = tl.where(div == 0, 0.0 * (a / b), floor_div)
+    return tl.where(b == 0, a / b, floor_div)
+
+
+@triton.jit
+def pow_int(a, b):
+    # Square-and-multiply over the exponent's bits (integer pow has no libdevice function).
+    result = a * 0 + 1
+    base = a + b * 0
+    e = b + a * 0
+    for _ in tl.static_range(63):
+        result = tl.where((e & 1) != 0, result * base, result)
+        base = base * base
+        e = e >> 1
+    return result

@@ -1,0 +1,180 @@
+"""Index expressions: printing them as Triton code, deriving x0../r0.. from the flat block index, and
+choosing int32 or int64 index arithmetic.
+
+int32 indexing is measurably faster (cheaper address math, fewer registers), so it is used whenever every
+index value a kernel computes stays below 2**31. Bounds are computed symbolically; for symbolic sizes the
+decision is made from the size hints at render time and re-checked at launch by a guard (a Python
+expression over the size arguments) that routes to an int64 variant when it fails.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from fuse_all_ir.host import PythonIndexPrinter, py_index
+from fuse_all_ir.program import IndexValue, Kernel, Load, Store
+from fuse_all_ir.symbolic import rvar, xvar
+
+# Lanes past the end of the last block compute indices up to one block beyond the valid range (they are
+# masked, but must not make valid lanes overflow), hence the headroom.
+INT32_LIMIT = 2**31 - 2**20
+
+
+class TritonIndexPrinter(PythonIndexPrinter):
+    """The host printer's // and % (index arithmetic is on non-negative integers, so Triton's C-style
+    integer division and remainder equal Python's), plus integer powers; fractions are errors."""
+
+    def _print_ModularIndexing(self, expr):
+        base, div, mod = expr.args
+        if div != 1:
+            return super()._print_ModularIndexing(expr)
+        return f"({self._print(base)} % {self._print(mod)})"
+
+    def _print_Mod(self, expr):
+        return f"({self._print(expr.args[0])} % {self._print(expr.args[1])})"
+
+    def _print_Pow(self, expr):
+        base, exp = expr.args
+        if not (exp.is_Integer and int(exp) > 0):
+            raise NotImplementedError(f"index expression {expr} is not integer arithmetic")
+        return "(" + " * ".join([self.parenthesize(base, 100)] * int(exp)) + ")"
+
+    def _print_Rational(self, expr):
+        raise NotImplementedError(f"index expression {expr} is not integer arithmetic")
+
+
+_PRINTER = TritonIndexPrinter()
+
+
+def triton_index(expr) -> str:
+    return _PRINTER.doprint(sympy.sympify(expr))
+
+
+def is_index_var(sym) -> bool:
+    return sym.name[:1] in ("x", "r") and sym.name[1:].isdigit()
+
+
+def families(expr) -> frozenset:
+    """Which index families ("x", "r") an expression depends on."""
+    return frozenset(s.name[0] for s in sympy.sympify(expr).free_symbols if is_index_var(s))
+
+
+def derive_index_vars(family: str, sizes, used: set) -> list[tuple[str, str]]:
+    """(name, Triton expression) for each used x_i / r_i of a row-major space of `sizes`, from the flat
+    ``xindex`` / ``rindex``."""
+    flat = f"{family}index"
+    lines = []
+    n = len(sizes)
+    for i in range(n):
+        name = f"{family}{i}"
+        if name not in used:
+            continue
+        stride = sympy.Mul(*sizes[i + 1:]) if i + 1 < n else sympy.Integer(1)
+        expr = flat if stride == 1 else f"{flat} // {triton_index(stride)}"
+        if i > 0:  # the outermost one needs no modulo: flat < numel
+            expr = f"{expr} % {triton_index(sizes[i])}" if stride == 1 else f"({expr}) % {triton_index(sizes[i])}"
+        lines.append((name, expr))
+    return lines
+
+
+class Unbounded(Exception):
+    pass
+
+
+def _abs_bound(expr, var_max: dict, seen: list):
+    """An upper bound of |expr|; appends the bounds of the intermediates Triton computes to `seen`."""
+    if expr.is_Integer:
+        return abs(expr)
+    if expr.is_Symbol:
+        return var_max.get(expr, expr)
+    args = [_abs_bound(a, var_max, seen) for a in expr.args]
+    name = type(expr).__name__
+    if expr.is_Add:
+        out = sympy.Add(*args)
+    elif expr.is_Mul:
+        out = sympy.Mul(*args)
+    elif name == "FloorDiv":
+        out = args[0]
+    elif name in ("ModularIndexing", "Mod"):
+        out = args[-1]
+    elif expr.is_Pow and expr.args[1].is_Integer and int(expr.args[1]) > 0:
+        out = args[0] ** int(expr.args[1])
+    else:
+        raise Unbounded(str(expr))
+    seen.extend(args)
+    return out
+
+
+def index_bounds(kernel: Kernel) -> list:
+    """Bounds of every integer the kernel's index arithmetic computes (sympy, possibly symbolic)."""
+    var_max = {xvar(i): n - 1 for i, n in enumerate(kernel.outer)}
+    var_max.update({rvar(i): n - 1 for i, n in enumerate(kernel.reduction)})
+    exprs = [sympy.Mul(*kernel.outer), sympy.Mul(*kernel.reduction), *kernel.size_symbols]
+    for st in kernel.statements():
+        if isinstance(st, (Load, Store)):
+            exprs.append(st.index)
+        elif isinstance(st, IndexValue):
+            exprs.append(st.expr)
+    seen: list = []
+    for e in exprs:
+        seen.append(_abs_bound(sympy.expand(sympy.sympify(e)), var_max, seen))
+    unique = []
+    for b in seen:
+        b = sympy.expand(b)
+        if b not in unique:
+            unique.append(b)
+    return unique
+
+
+def choose_index_dtype(kernel: Kernel, hints: dict) -> tuple[str, str | None]:
+    """("int32" | "int64", guard): guard is None when the choice holds for every size, otherwise a Python
+    expression over the size arguments that is True when the int32 variant is safe."""
+    try:
+        bounds = index_bounds(kernel)
+    except Unbounded:
+        return "int64", None
+    concrete = [int(b) for b in bounds if b.is_number]
+    symbolic = [b for b in bounds if not b.is_number]
+    if concrete and max(concrete) >= INT32_LIMIT:
+        return "int64", None
+    if not symbolic:
+        return "int32", None
+    subs = {s: hints.get(s, hints.get(str(s), 1024)) for b in symbolic for s in b.free_symbols}
+    if any(int(b.subs(subs)) >= INT32_LIMIT for b in symbolic):
+        return "int64", None
+    guard = " and ".join(f"{py_index(b)} < {INT32_LIMIT}" for b in _dominant(symbolic))
+    return "int32", guard
+
+
+def _dominant(bounds: list) -> list:
+    """Drop bounds that another bound dominates term by term (keeps the launch guard short)."""
+    keep = []
+    for b in bounds:
+        if any(_le(b, k) for k in keep):
+            continue
+        keep = [k for k in keep if not _le(k, b)] + [b]
+    return keep
+
+
+def _le(a, b) -> bool:
+    """a <= b for all positive sizes, by a cheap sufficient test: b - a is a polynomial with no negative
+    coefficient once every size is written as (1 + t), t >= 0."""
+    diff = sympy.expand(b - a)
+    if diff.is_number:
+        return diff >= 0
+    shifted = sympy.expand(diff.subs({s: s + 1 for s in diff.free_symbols}, simultaneous=True))
+    try:
+        return all(c >= 0 for c in sympy.Poly(shifted, *shifted.free_symbols).coeffs())
+    except sympy.PolynomialError:
+        return False
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 2 ** math.ceil(math.log2(n))
+
+
+def stride_along(expr, var) -> int | None:
+    """The constant step of `expr` when `var` grows by one, or None (non-affine or symbolic)."""
+    d = sympy.diff(sympy.sympify(expr), var)
+    return int(d) if d.is_Integer else None

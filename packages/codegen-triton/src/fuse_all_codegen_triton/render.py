@@ -1,0 +1,410 @@
+"""The renderer: ONE walker over a `Kernel`'s statements that writes a `@triton.jit` function.
+
+Layouts (see `fuse_all_ir.program` for the semantics being implemented):
+* pointwise: one flat ``xindex`` block of XBLOCK points over the outer space; x0.. derived by div/mod.
+* reduction: a [XBLOCK, RBLOCK] tile, rows = outer points, columns = reduction points.
+  - persistent (RBLOCK >= rnumel, concrete rnumel): every phase is straight-line code on the whole row,
+    so a value loaded or computed in one phase is reused by later ones (CSE across phases: softmax loads
+    its input once).
+  - looped: every reduction phase is a ``for roffset in range(0, rnumel, RBLOCK)`` loop with
+    [XBLOCK, RBLOCK] accumulators, reduced across lanes after the loop.
+Every value's *families* ({"x"}, {"r"}, both or none) give its shape; loads and stores mask with exactly
+the masks of their families (a weight indexed by r alone is read with rmask only), and broadcast the
+pointer when the mask or value has more families than the index.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import sympy
+
+from fuse_all_ir.host import py_index
+from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Reduce, Store
+from fuse_all_ir.symbolic import rvar, xvar
+
+from . import configs as cfgs
+from . import reductions as red
+from ._triton_compat import pointer_type
+from .indexing import choose_index_dtype, derive_index_vars, families, stride_along, triton_index
+from .rules import compute_dtype, render_cast, render_compute, tl_type
+
+INDENT = "    "
+
+
+@dataclass
+class RenderOptions:
+    persistent_max_rnumel: int = 8192   # reductions up to this (concrete) size keep the row in registers
+    rblock: int | None = None           # force RBLOCK of looped reductions (tests use tiny values)
+    force_looped: bool = False
+    max_autotune: bool = False
+
+
+@dataclass
+class RenderedKernel:
+    name: str
+    source: str                     # the @triton.jit function
+    source_int64: str | None        # its int64-indexing twin (symbolic sizes that may pass 2**31)
+    spec: dict                      # what `TritonKernel` needs at run time (a Python literal)
+
+
+class _Value(NamedTuple):
+    code: str
+    dtype: str                      # IR dtype
+    fam: frozenset
+
+
+def render_kernel(kernel: Kernel, buffer_dtypes: dict | None = None, hints: dict | None = None,
+                  options: RenderOptions | None = None) -> RenderedKernel:
+    options = options or RenderOptions()
+    hints = hints or {}
+    dtypes = _buffer_dtypes(kernel, buffer_dtypes or {})
+    index_dtype, guard = choose_index_dtype(kernel, hints)
+    mode = _mode(kernel, options)
+    source = _Writer(kernel, dtypes, index_dtype, mode).render(kernel.name)
+    source_int64 = None
+    if guard is not None:   # sizes are symbolic: keep an int64 twin for sizes past 2**31
+        source_int64 = _Writer(kernel, dtypes, "int64", mode).render(kernel.name + "_i64")
+    xnumel, rnumel = sympy.Mul(*kernel.outer), sympy.Mul(*kernel.reduction)
+    spec = {
+        "name": kernel.name,
+        "kind": mode,
+        "pointers": [pointer_type(dtypes[b]) for b in (*kernel.inputs, *kernel.outputs)],
+        "sizes": [str(s) for s in kernel.size_symbols],
+        "size_type": "i32" if index_dtype == "int32" else "i64",
+        "xnumel": py_index(xnumel),
+        "rnumel": py_index(rnumel) if kernel.reduction else None,
+        "int32_guard": guard,
+        "configs": _configs(kernel, mode, xnumel, rnumel, hints, options),
+        "n_inputs": len(kernel.inputs),
+        # outputs whose old contents the kernel reads (in place): benchmarking must not run on them
+        "mutated": [i for i, b in enumerate(kernel.outputs) if b in kernel.inputs or b in _loaded(kernel)],
+        "source_hash": hashlib.sha256((source + (source_int64 or "")).encode()).hexdigest()[:32],
+        "size_hints": {str(s): int(hints[s]) for s in kernel.size_symbols if s in hints},
+    }
+    return RenderedKernel(kernel.name, source, source_int64, spec)
+
+
+def _loaded(kernel: Kernel) -> set:
+    return {st.buffer for st in kernel.statements() if isinstance(st, Load)}
+
+
+def _mode(kernel: Kernel, options: RenderOptions) -> str:
+    if not kernel.reduction:
+        return "pointwise"
+    rnumel = sympy.Mul(*kernel.reduction)
+    if (not options.force_looped and rnumel.is_number and options.rblock is None
+            and int(rnumel) <= options.persistent_max_rnumel):
+        return "persistent"
+    return "looped"
+
+
+def _buffer_dtypes(kernel: Kernel, known: dict) -> dict:
+    """Storage dtype of every buffer argument: the program's specs, else what the statements say."""
+    out = {}
+    for st in kernel.statements():
+        if isinstance(st, Load):
+            out.setdefault(st.buffer, st.dtype)
+    values = {st.name: st.dtype for st in kernel.statements() if hasattr(st, "dtype") and hasattr(st, "name")}
+    for st in kernel.statements():
+        if isinstance(st, Store):
+            out.setdefault(st.buffer, values.get(st.value, "float32"))
+    out.update({k: v for k, v in known.items() if k in (*kernel.inputs, *kernel.outputs)})
+    for b in (*kernel.inputs, *kernel.outputs):
+        out.setdefault(b, "float32")   # passed but never touched
+    return out
+
+
+def _size_hint(expr, hints) -> int:
+    expr = sympy.sympify(expr)
+    if expr.is_number:
+        return int(expr)
+    subs = {s: hints.get(s, hints.get(str(s), 1024)) for s in expr.free_symbols}
+    return int(expr.subs(subs))
+
+
+def _inner_contiguous(kernel: Kernel) -> bool:
+    """Whether the reduction's loads are contiguous along r (row reductions) rather than along x."""
+    if not kernel.reduction:
+        return True
+    r_last = rvar(len(kernel.reduction) - 1)
+    x_last = xvar(len(kernel.outer) - 1) if kernel.outer else None
+    inner = outer = 0
+    for st in kernel.statements():
+        if isinstance(st, Load) and "r" in families(st.index):
+            inner += stride_along(st.index, r_last) == 1
+            outer += x_last is not None and stride_along(st.index, x_last) == 1
+    return inner >= outer
+
+
+def _configs(kernel, mode, xnumel, rnumel, hints, options: RenderOptions) -> list:
+    x = max(1, _size_hint(xnumel, hints))
+    if mode == "pointwise":
+        return cfgs.pointwise_configs(x, options.max_autotune)
+    r = max(1, _size_hint(rnumel, hints))
+    inner = _inner_contiguous(kernel)
+    if mode == "persistent":
+        return cfgs.persistent_configs(x, r, inner, options.max_autotune)
+    return cfgs.looped_configs(x, r, inner, options.max_autotune, options.rblock)
+
+
+def _literal(value, dtype: str) -> str:
+    if dtype == "bool":
+        return "1" if value else "0"
+    if dtype.startswith("float") or dtype == "bfloat16":
+        value = float(value)
+        if value != value:
+            return 'float("nan")'
+        if value in (float("inf"), float("-inf")):
+            return f'float("{value}")'
+        return repr(value)
+    return str(int(value))
+
+
+class _Writer:
+    """Writes one kernel function. Values are SSA temporaries ``tmpN``; identical expressions are reused
+    (CSE) within a scope: the whole kernel when persistent, one loop body when looped."""
+
+    def __init__(self, kernel: Kernel, dtypes: dict, index_dtype: str, mode: str):
+        self.k, self.dtypes, self.idx64, self.mode = kernel, dtypes, index_dtype == "int64", mode
+        self.two_d = mode != "pointwise"
+        self.lines: list[str] = []
+        self.depth = 1
+        self.values: dict[str, _Value] = {}
+        self.scopes: list[dict] = [{}]
+        self.load_keys: dict[str, list] = {}
+        self.n_tmp = 0
+        self.n_acc = 0
+
+    # ---- output helpers ----
+    def emit(self, line: str) -> None:
+        self.lines.append(INDENT * self.depth + line)
+
+    def new_name(self, prefix="tmp") -> str:
+        if prefix == "tmp":
+            self.n_tmp += 1
+            return f"tmp{self.n_tmp - 1}"
+        self.n_acc += 1
+        return f"{prefix}{self.n_acc - 1}"
+
+    def assign(self, expr: str, buffer: str | None = None) -> str:
+        for scope in reversed(self.scopes):
+            if expr in scope:
+                return scope[expr]
+        name = self.new_name()
+        self.emit(f"{name} = {expr}")
+        self.scopes[-1][expr] = name
+        if buffer is not None:
+            self.load_keys.setdefault(buffer, []).append((self.scopes[-1], expr))
+        return name
+
+    def shape(self, fam: frozenset) -> str:
+        if not self.two_d:
+            return "[XBLOCK]" if fam else "[1]"
+        return f"[{'XBLOCK' if 'x' in fam else 1}, {'RBLOCK' if 'r' in fam else 1}]"
+
+    def mask(self, fam: frozenset, extra: str | None = None) -> str | None:
+        parts = [m for f, m in (("x", "xmask"), ("r", "rmask")) if f in fam]
+        if extra is not None:
+            parts.append(extra)
+        return " & ".join(parts) or None
+
+    def pointer(self, base: str, index, fam: frozenset) -> str:
+        code = triton_index(index)
+        if families(index) != fam:   # the mask/value has more families than the index: broadcast it
+            code = f"{code} + tl.zeros({self.shape(fam)}, tl.int32)"
+        return f"{base} + ({code})"
+
+    # ---- the walk ----
+    def render(self, fn_name: str) -> str:
+        k = self.k
+        params = [f"in_ptr{i}" for i in range(len(k.inputs))] + [f"out_ptr{i}" for i in range(len(k.outputs))]
+        params += [str(s) for s in k.size_symbols] + ["XBLOCK: tl.constexpr"]
+        if self.two_d:
+            params.append("RBLOCK: tl.constexpr")
+        head = [f"def {fn_name}({', '.join(params)}):"]
+        self.header()
+        if self.mode == "looped":
+            for loop in k.loops:
+                self.looped_phase(loop.body) if loop.over_reduction else self.statements(loop.body)
+        else:
+            if self.mode == "persistent":
+                self.r_prologue(frozenset(self.used_vars("r", k.statements())))
+            for loop in k.loops:
+                self.statements(loop.body)
+        return "\n".join(["@triton.jit", *head, *self.comment(), *self.lines])
+
+    def comment(self) -> list[str]:
+        k = self.k
+        what = {"pointwise": "pointwise", "persistent": "persistent reduction",
+                "looped": "looped reduction"}[self.mode]
+        lines = [f"{INDENT}# {what} over {tuple(k.outer)}"
+                 + (f" x {tuple(k.reduction)}" if k.reduction else "")
+                 + f", {'int64' if self.idx64 else 'int32'} indexing"]
+        args = [f"in_ptr{i}={b}" for i, b in enumerate(k.inputs)] + [f"out_ptr{i}={b}" for i, b in enumerate(k.outputs)]
+        if args:
+            lines.append(f"{INDENT}# " + ", ".join(args))
+        seen = []
+        for o in k.origins:
+            where = f" ({o.file.rsplit('/', 1)[-1]}:{o.line})" if o.file and o.line else ""
+            text = f"{o.aten_op}{where}" + (f": {o.code}" if o.code else "")
+            if text not in seen:
+                seen.append(text)
+        lines += [f"{INDENT}# from {t}" for t in seen[:8]]
+        return lines
+
+    def used_vars(self, family: str, stmts) -> set:
+        used = set()
+        for st in stmts:
+            expr = getattr(st, "index", None) if not isinstance(st, IndexValue) else st.expr
+            if expr is not None:
+                used |= {s.name for s in sympy.sympify(expr).free_symbols if s.name.startswith(family)}
+        return used
+
+    def header(self) -> None:
+        k = self.k
+        self.emit(f"xnumel = {triton_index(sympy.Mul(*k.outer))}")
+        if self.two_d:
+            self.emit(f"rnumel = {triton_index(sympy.Mul(*k.reduction))}")
+        pid = "tl.program_id(0).to(tl.int64)" if self.idx64 else "tl.program_id(0)"
+        self.emit(f"xoffset = {pid} * XBLOCK")
+        self.emit(f"xindex = xoffset + tl.arange(0, XBLOCK){'[:, None]' if self.two_d else ''}")
+        self.emit("xmask = xindex < xnumel")
+        if self.two_d:
+            self.emit(f"rbase = tl.arange(0, RBLOCK)[None, :]{'.to(tl.int64)' if self.idx64 else ''}")
+        for name, expr in derive_index_vars("x", k.outer, self.used_vars("x", k.statements())):
+            self.emit(f"{name} = {expr}")
+
+    def r_prologue(self, used: set, offset: str | None = None) -> None:
+        self.emit(f"rindex = {offset} + rbase" if offset else "rindex = rbase")
+        self.emit("rmask = rindex < rnumel")
+        for name, expr in derive_index_vars("r", self.k.reduction, used):
+            self.emit(f"{name} = {expr}")
+
+    def statements(self, body) -> None:
+        for st in body:
+            if isinstance(st, Reduce):
+                self.reduce_persistent(st)
+            else:
+                self.statement(st)
+
+    def statement(self, st) -> None:
+        if isinstance(st, Load):
+            self.load(st)
+        elif isinstance(st, Store):
+            self.store(st)
+        elif isinstance(st, Const):
+            code = f"tl.full({self.shape(frozenset())}, {_literal(st.value, st.dtype)}, {tl_type(st.dtype)})"
+            self.values[st.name] = _Value(self.assign(code), st.dtype, frozenset())
+        elif isinstance(st, IndexValue):
+            self.index_value(st)
+        elif isinstance(st, Compute):
+            args = [self.values[a] for a in st.args]
+            code = render_compute(st.op, [(a.code, a.dtype) for a in args], st.dtype)
+            fam = frozenset().union(*[a.fam for a in args])
+            self.values[st.name] = _Value(self.assign(code), st.dtype, fam)
+        else:
+            raise TypeError(f"unexpected statement {st!r}")
+
+    def load(self, st: Load) -> None:
+        if st.buffer in self.k.inputs:
+            base = f"in_ptr{self.k.inputs.index(st.buffer)}"
+        else:
+            base = f"out_ptr{self.k.outputs.index(st.buffer)}"
+        own = self.values[st.mask] if st.mask is not None else None
+        fam = families(st.index) | (own.fam if own else frozenset())
+        args = [self.pointer(base, st.index, fam)]
+        mask = self.mask(fam, own.code if own else None)
+        if mask:
+            args.append(mask)
+        if own is not None:
+            args.append(f"other={_literal(st.other, st.dtype)}")
+        code = f"tl.load({', '.join(args)})"
+        storage = self.dtypes.get(st.buffer, st.dtype)
+        if compute_dtype(storage) != storage:   # float16/bfloat16: compute in float32
+            code += ".to(tl.float32)"
+        if storage != st.dtype:
+            code = render_cast(code, storage, st.dtype)
+        self.values[st.name] = _Value(self.assign(code, buffer=st.buffer), st.dtype, fam)
+
+    def store(self, st: Store) -> None:
+        value = self.values[st.value]
+        fam = families(st.index) | value.fam
+        base = f"out_ptr{self.k.outputs.index(st.buffer)}"
+        args = [self.pointer(base, st.index, fam), value.code]
+        mask = self.mask(fam)
+        if mask:
+            args.append(mask)
+        self.emit(f"tl.store({', '.join(args)})")
+        for scope, key in self.load_keys.pop(st.buffer, []):   # later loads must see the new values
+            scope.pop(key, None)
+
+    def index_value(self, st: IndexValue) -> None:
+        fam = families(st.expr)
+        if not fam:
+            code = f"tl.full({self.shape(fam)}, {int(st.expr)}, {tl_type(st.dtype)})"
+        else:
+            code = render_cast(triton_index(st.expr), "int64" if self.idx64 else "int32", st.dtype)
+        self.values[st.name] = _Value(self.assign(code), st.dtype, fam)
+
+    # ---- reductions ----
+    def reduced_input(self, st: Reduce):
+        """(op, accumulator dtype, value code) for a Reduce's argument converted for accumulation."""
+        arg = self.values[st.arg]
+        op = red.normalize_op(st.op, arg.dtype, st.dtype)
+        acc_dtype = red.accumulator_dtype(op, arg.dtype, st.dtype)
+        code = arg.code
+        if op in ("any", "all") and arg.dtype != "bool":
+            code = self.assign(f"{arg.code} != 0")
+        elif acc_dtype != compute_dtype(arg.dtype):
+            code = self.assign(render_cast(arg.code, arg.dtype, acc_dtype))
+        return op, acc_dtype, code
+
+    def reduce_persistent(self, st: Reduce) -> None:
+        op, acc_dtype, code = self.reduced_input(st)
+        masked = self.assign(f"tl.where(rmask, {code}, {red.neutral(op, acc_dtype)})")
+        index = None
+        if op in ("argmax", "argmin"):
+            index = self.assign(f"tl.broadcast_to(rindex, {masked}.shape)")
+        result = self.assign(red.final(op, acc_dtype, masked, index))
+        self.values[st.name] = _Value(result, st.dtype, frozenset("x"))
+
+    def looped_phase(self, body) -> None:
+        """One reduction phase as a loop. The loop body is written first (into a side buffer) because the
+        accumulators' dtypes are known only once their inputs have been rendered."""
+        outer_lines, self.lines = self.lines, []
+        self.depth += 1
+        self.scopes.append({})
+        self.r_prologue(self.used_vars("r", body), offset="roffset")
+        inits, finals = [], []
+        for st in body:
+            if not isinstance(st, Reduce):
+                self.statement(st)
+                continue
+            op, acc_dtype, code = self.reduced_input(st)
+            shape = "[XBLOCK, RBLOCK]"
+            acc = self.new_name("_acc")
+            tl_acc = tl_type(acc_dtype)
+            inits.append(f"{acc} = tl.full({shape}, {red.neutral(op, acc_dtype)}, {tl_acc})")
+            if op in ("argmax", "argmin"):
+                idx = acc + "_index"
+                big = 2**62 if self.idx64 else 2**31 - 1
+                inits.append(f"{idx} = tl.full({shape}, {big}, {'tl.int64' if self.idx64 else 'tl.int32'})")
+                new_v, new_i = self.new_name(), self.new_name()
+                self.emit(f"{new_v}, {new_i} = fa.{op}_combine({acc}, {idx}, {code}, rindex)")
+                self.emit(f"{acc} = tl.where(rmask, {new_v}, {acc})")
+                self.emit(f"{idx} = tl.where(rmask, {new_i}, {idx})")
+                finals.append((st, red.final(op, acc_dtype, acc, idx)))
+            else:
+                self.emit(f"{acc} = tl.where(rmask, {red.combine(op, acc_dtype, acc, code)}, {acc})")
+                finals.append((st, red.final(op, acc_dtype, acc)))
+        loop_lines, self.lines = self.lines, outer_lines
+        self.scopes.pop()
+        self.depth -= 1
+        for line in inits:
+            self.emit(line)
+        self.emit("for roffset in range(0, rnumel, RBLOCK):")
+        self.lines += loop_lines
+        for st, code in finals:
+            self.values[st.name] = _Value(self.assign(code), st.dtype, frozenset("x"))

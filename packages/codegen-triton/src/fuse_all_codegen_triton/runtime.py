@@ -1,0 +1,278 @@
+"""`TritonKernel`: what generated host programs call (``kernel_0_launcher.run(buf0, buf1, s0)``).
+
+Launch overhead matters as much as kernel speed for small graphs, so after the first call `run` is a small
+generated function that does only: read the pointers (`data_ptr()`), check they are 16-byte aligned (the
+compiled variant assumes it) and that the int32 guard holds, compute the grid, and call Triton's C launcher
+with the compiled kernel's handles. No argument binding, no specialisation key, no dict lookups. Anything
+unusual (unaligned views, sizes past 2**31, another current device, profiler hooks) takes the general
+path, which compiles the needed variant on demand.
+
+The first call also picks the config (autotuning: `autotune.py`). Under `TRITON_INTERPRET=1` kernels run
+through Triton's interpreter with the heuristic config.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+import torch
+
+from . import _triton_compat as compat
+from . import autotune
+from .compiler import VariantKey, compile_variant, submit, wait_all
+
+log = logging.getLogger(__name__)
+libdevice = compat.libdevice   # generated kernels call libdevice.<fn>; bound per mode in _triton_compat
+
+
+class TritonKernel:
+    def __init__(self, fn, spec: dict, fn_int64=None, *, autotune_configs: bool = True, device: str = "cuda"):
+        self.fn, self.fn_int64, self.spec = fn, fn_int64, spec
+        self.name = spec["name"]
+        self.configs = spec["configs"]
+        self.n_ptr = len(spec["pointers"])
+        self.interpret = compat.interpret_mode()
+        self.autotune = autotune_configs and not self.interpret and len(self.configs) > 1
+        self.device = device
+        self.device_index = None
+        self.int64_only = spec["size_type"] == "i64"
+        sizes = ", ".join(spec["sizes"])
+        self._xnumel = eval(f"lambda {sizes}: {spec['xnumel']}")   # noqa: S307 - our own rendered text
+        self._rnumel = eval(f"lambda {sizes}: {spec['rnumel']}") if spec["rnumel"] else None  # noqa: S307
+        guard = spec.get("int32_guard")
+        self._int32_ok = eval(f"lambda {sizes}: {guard}") if guard else None  # noqa: S307
+        self._futures: dict = {}
+        self._compiled: dict = {}
+        self._lock = threading.Lock()
+        self.chosen: dict | None = None
+        self.timings_ms: list | None = None
+        self.run = self._first_run
+        if not self.interpret and device.startswith("cuda") and torch.cuda.is_available():
+            self.device_index = torch.device(device).index or 0
+            candidates = range(len(self.configs)) if self.autotune else [0]
+            hints = spec.get("size_hints", {})
+            remembered = self._remembered_config(hints)
+            if remembered is not None:   # warm start: compile only the config that won last time
+                candidates = [remembered]
+            div16 = bool(spec["sizes"]) and all(hints.get(s, 1) % 16 == 0 for s in spec["sizes"])
+            for i in candidates:
+                self._submit(VariantKey(i, self.int64_only, True, div16))
+
+    # ---- compiling ----
+    def _fn_for(self, int64: bool):
+        return self.fn_int64 if int64 and not self.int64_only and self.fn_int64 is not None else self.fn
+
+    def _submit(self, key: VariantKey):
+        if key not in self._futures:
+            self._futures[key] = submit(self._fn_for(key.int64), self.spec, key, self.device_index)
+        return self._futures[key]
+
+    def compiled(self, key: VariantKey):
+        """The compiled variant (waits for the background compile, or compiles now)."""
+        found = self._compiled.get(key)
+        if found is None:
+            found = self._compiled[key] = self._submit(key).result()
+        return found
+
+    def wait_compiled(self) -> None:
+        """Block until the background compiles finish; raises the first compile error."""
+        wait_all(list(self._futures.values()))
+
+    # ---- the first call ----
+    def _first_run(self, *args):
+        with self._lock:
+            if self.run == self._first_run:
+                self._setup(args)
+        return self.run(*args)
+
+    def _setup(self, args) -> None:
+        if self.interpret:
+            self.chosen = self.configs[0]
+            self.run = self._run_jit
+            return
+        tensors = [a for a in args[: self.n_ptr] if isinstance(a, torch.Tensor)]
+        if tensors and tensors[0].device.type == "cuda":
+            self.device_index = tensors[0].device.index
+        elif self.device_index is None:
+            self.device_index = torch.cuda.current_device()
+        try:
+            index = self._choose_config(args)
+            self.chosen = self.configs[index]
+            self.run = self._make_fast_launcher(index, args)
+        except Exception as e:  # noqa: BLE001 - Triton internals moved: stay correct through triton's JIT
+            log.warning("fuse-all: %s: fast Triton launch unavailable (%s: %s); using triton's launcher",
+                        self.name, type(e).__name__, e)
+            self.chosen = self.configs[0]
+            self.run = self._run_jit
+
+    def _tuning_key(self, sizes) -> str:
+        xnumel = self._xnumel(*sizes)
+        rnumel = self._rnumel(*sizes) if self._rnumel else None
+        return autotune.cache_key(self.spec["source_hash"], self.configs, autotune.size_bucket(xnumel, rnumel),
+                                  torch.cuda.get_device_name(self.device_index), compat.TRITON_VERSION)
+
+    def _remembered_config(self, hints: dict) -> int | None:
+        if not self.autotune or any(s not in hints for s in self.spec["sizes"]):
+            return None
+        cached = autotune.load_choice(self._tuning_key([hints[s] for s in self.spec["sizes"]]))
+        return self.configs.index(cached) if cached in self.configs else None
+
+    def _choose_config(self, args) -> int:
+        if not self.autotune:
+            return 0
+        sizes = args[self.n_ptr:]
+        xnumel = self._xnumel(*sizes)
+        key = self._tuning_key(sizes)
+        cached = autotune.load_choice(key)
+        if cached in self.configs:
+            return self.configs.index(cached)
+        if xnumel == 0:
+            return 0
+        launch_args = self._bench_args(args)
+        keys = [self._variant(i, launch_args[: self.n_ptr], sizes) for i in range(len(self.configs))]
+        for key in keys:   # whatever is missing compiles in parallel
+            self._submit(key)
+        launchers = [self._bound_launch(self.compiled(key), self.configs[key.config], launch_args, xnumel)
+                     for key in keys]
+        with torch.cuda.device(self.device_index):
+            times = autotune.benchmark(launchers, torch.cuda.synchronize,
+                                       lambda: torch.cuda.Event(enable_timing=True))
+        self._scratch = []
+        best = min(range(len(times)), key=times.__getitem__)
+        self.timings_ms = times
+        autotune.store_choice(key, self.configs[best], times)
+        return best
+
+    def _bench_args(self, args) -> list:
+        """Pointer values for benchmarking: outputs the kernel also reads (in place), or that share memory
+        with an input, are redirected to scratch memory, so repeated runs cannot change what is read."""
+        ptrs = [a.data_ptr() for a in args[: self.n_ptr]]
+        n_in = self.spec["n_inputs"]
+        in_storages = {a.untyped_storage().data_ptr() for a in args[:n_in]}
+        self._scratch = []
+        for j, out in enumerate(args[n_in: self.n_ptr]):
+            storage = out.untyped_storage()
+            if j in self.spec["mutated"] or storage.data_ptr() in in_storages:
+                scratch = torch.empty(storage.nbytes() + 16, dtype=torch.uint8, device=out.device)
+                self._scratch.append(scratch)
+                ptrs[n_in + j] = scratch.data_ptr() + (out.data_ptr() - storage.data_ptr())
+        return ptrs + list(args[self.n_ptr:])
+
+    def _variant(self, config_index: int, ptrs, sizes) -> VariantKey:
+        int64 = self.int64_only or (self._int32_ok is not None and not self._int32_ok(*sizes))
+        return VariantKey(config_index, int64, all(p % 16 == 0 for p in ptrs),
+                          bool(sizes) and all(s % 16 == 0 for s in sizes))
+
+    def _bound_launch(self, compiled, config, launch_args, xnumel):
+        grid = (xnumel + config["XBLOCK"] - 1) // config["XBLOCK"]
+        consts = [config[k] for k in ("XBLOCK", "RBLOCK") if k in config]
+        stream = compat.stream_getter()(self.device_index)
+        runner, function, metadata = compiled.runner, compiled.function, compiled.metadata
+
+        def launch():
+            runner(grid, 1, 1, stream, function, metadata, None, None, None, *launch_args, *consts)
+        return launch
+
+    # ---- launching ----
+    def _make_fast_launcher(self, index: int, first_args):
+        """Generate the per-call launcher for config `index`: aligned pointers, the default index dtype,
+        and size arguments divisible by 16 if they were on the first call."""
+        enter, exit_ = compat.launch_hooks()
+        if enter is not None or exit_ is not None:
+            return self._run_general
+        sizes = list(first_args[self.n_ptr:])
+        div16 = bool(sizes) and all(v % 16 == 0 for v in sizes)
+        compiled = self.compiled(VariantKey(index, self.int64_only, True, div16))
+        direct = compat.direct_launch(compiled.runner)
+        source = fast_launcher_source(self.spec, self.configs[index], self.device_index, div16,
+                                      self._int32_ok is not None and not self.int64_only,
+                                      direct[1] if direct is not None else None)
+        scope = {"runner": compiled.runner, "function": compiled.function, "metadata": compiled.metadata,
+                 "get_stream": compat.stream_getter(), "get_device": compat.current_device_getter(),
+                 "general": self._run_general}
+        if direct is not None:
+            scope["launch"] = direct[0]
+        exec(source, scope)   # noqa: S102 - generated from our own spec
+        self.launcher_source = source
+        return scope["run"]
+
+    def _run_general(self, *args):
+        sizes = args[self.n_ptr:]
+        xnumel = self._xnumel(*sizes)
+        if xnumel <= 0:
+            return
+        ptrs = [a.data_ptr() for a in args[: self.n_ptr]]
+        key = self._variant(self.configs.index(self.chosen), ptrs, sizes)
+        tensors = [a for a in args[: self.n_ptr] if isinstance(a, torch.Tensor)]
+        device = tensors[0].device.index if tensors else self.device_index
+        with torch.cuda.device(device):
+            if device == self.device_index:
+                compiled = self.compiled(key)
+            else:   # a second device: its own loaded copy
+                compiled = self._compiled.get((key, device))
+                if compiled is None:
+                    compiled = self._compiled[(key, device)] = \
+                        compile_variant(self._fn_for(key.int64), self.spec, key, device)
+            config = self.chosen
+            grid = ((xnumel + config["XBLOCK"] - 1) // config["XBLOCK"], 1, 1)
+            consts = [config[k] for k in ("XBLOCK", "RBLOCK") if k in config]
+            stream = compat.stream_getter()(device)
+            enter, exit_ = compat.launch_hooks()
+            meta = compiled.kernel.launch_metadata(grid, stream, *ptrs, *sizes, *consts) if enter else None
+            compiled.runner(*grid, stream, compiled.function, compiled.metadata, meta, enter, exit_,
+                            *ptrs, *sizes, *consts)
+
+    def _run_jit(self, *args):
+        """Triton's own `fn[grid](...)` launcher: the interpreter's way, and the fallback (slower per call)
+        if our fast path cannot be built."""
+        sizes = args[self.n_ptr:]
+        xnumel = self._xnumel(*sizes)
+        if xnumel <= 0:
+            return
+        config = self.chosen
+        int64 = self.int64_only or (self._int32_ok is not None and not self._int32_ok(*sizes))
+        grid = ((xnumel + config["XBLOCK"] - 1) // config["XBLOCK"],)
+        options = {k: config[k] for k in ("XBLOCK", "RBLOCK") if k in config}
+        if not self.interpret:   # the interpreter takes no compile options
+            options.update(num_warps=config["num_warps"], num_stages=config.get("num_stages", 1))
+        self._fn_for(int64)[grid](*args, **options)
+
+    def __repr__(self):
+        return f"TritonKernel({self.name}, chosen={self.chosen})"
+
+
+def fast_launcher_source(spec: dict, config: dict, device_index: int, div16: bool, check_guard: bool,
+                         direct_extra: tuple | None = None) -> str:
+    """Python source of the per-call launcher (see the module docstring); the fast path's only checks
+    are the ones the compiled variant's promises need."""
+    n_ptr = len(spec["pointers"])
+    ptrs = [f"a{i}" for i in range(n_ptr)]
+    sizes = list(spec["sizes"])
+    consts = [str(config[k]) for k in ("XBLOCK", "RBLOCK") if k in config]
+    block = config["XBLOCK"]
+    lines = [f"def run({', '.join(ptrs + sizes)}):"]
+    if sizes:
+        lines += [f"    xnumel = {spec['xnumel']}", "    if xnumel <= 0:", "        return"]
+    elif int(eval(spec["xnumel"])) <= 0:   # noqa: S307 - a literal
+        lines.append("    return")
+    lines += [f"    p{i} = a{i}.data_ptr()" for i in range(n_ptr)]
+    slow = []
+    if n_ptr:
+        slow.append("(" + " | ".join(f"p{i}" for i in range(n_ptr)) + ") & 15")
+    if div16:
+        slow.append("(" + " | ".join(sizes) + ") & 15")
+    if check_guard:
+        slow.append(f"not ({spec['int32_guard']})")
+    slow.append(f"get_device() != {device_index}")
+    lines += [f"    if {' or '.join(slow)}:", f"        return general({', '.join(ptrs + sizes)})"]
+    call_args = ", ".join([f"p{i}" for i in range(n_ptr)] + sizes + consts)
+    blocks = f"(xnumel + {block - 1}) // {block}"
+    if not sizes:   # concrete: fold the grid into a literal
+        blocks = str((int(eval(spec["xnumel"])) + block - 1) // block)   # noqa: S307 - a literal
+    grid = f"{blocks}, 1, 1, get_stream({device_index}), function"
+    if direct_extra is not None:   # Triton's C launch function, see _triton_compat.direct_launch
+        extra = ", ".join(repr(v) for v in direct_extra)
+        lines.append(f"    launch({grid}, {extra}, metadata, None, None, None, {call_args})")
+    else:
+        lines.append(f"    runner({grid}, metadata, None, None, None, {call_args})")
+    return "\n".join(lines) + "\n"

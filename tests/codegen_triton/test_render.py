@@ -1,0 +1,137 @@
+"""What the renderer writes: the readable kernel text users see, layouts, masks, index dtypes, CSE."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+import kernel_examples as ke
+from fuse_all_ir import (Compute, Const, Kernel, Load, Loop, Origin, Reduce, Store, render_host_program,
+                         rvar, size_symbol, xvar)
+from fuse_all_ir.symbolic import FloorDiv, ModularIndexing
+
+x0, x1, r0 = xvar(0), xvar(1), rvar(0)
+s0 = size_symbol("s0")
+
+
+def target(**options):
+    from fuse_all_codegen_triton import TritonTarget
+    return TritonTarget(**options)
+
+
+def test_cos_sin_is_one_readable_kernel():
+    example = ke.cos_sin("cpu")
+    t = target()
+    source = render_host_program(example.program, t)
+    kernel = example.program.kernels["kernel_0"]
+    text = t.kernel_source(kernel)
+    assert text.startswith("@triton.jit\ndef kernel_0(in_ptr0, out_ptr0, s0, XBLOCK: tl.constexpr):")
+    assert "tl.cos(" in text and "tl.sin(" in text
+    assert text.count("tl.load(") == 1 and text.count("tl.store(") == 1
+    assert "kernel_0_i64" not in text                     # the int64 twin is only in the module
+    assert source.count("TritonKernel(") == 1 and text in source
+    assert "    kernel_0_launcher.run(arg0, buf0, s0)\n" in source
+
+
+def test_persistent_softmax_loads_once():
+    text = target().kernel_source(ke.softmax("cpu").program.kernels["kernel_0"])
+    assert "persistent reduction" in text and "for roffset" not in text
+    assert text.count("tl.load(") == 1
+    assert text.count("tl.exp(") == 1                     # exp(x - max) reused by the last phase
+    assert "fa.max_nan(" in text and "tl.sum(" in text
+
+
+def test_looped_softmax_has_one_loop_per_phase():
+    text = target(force_looped=True, rblock=64).kernel_source(ke.softmax("cpu").program.kernels["kernel_0"])
+    assert text.count("for roffset in range(0, rnumel, RBLOCK):") == 3
+    assert text.count("tl.load(") == 3
+    assert "_acc0 = tl.full([XBLOCK, RBLOCK], float(\"-inf\"), tl.float32)" in text
+
+
+def test_int32_int64_choice():
+    from fuse_all_codegen_triton.render import render_kernel
+    small = Kernel("k", (sympy.Integer(1000),), (), [Loop(False, [Load("a", "in", x0, "float32"),
+                                                                   Store("out", x0, "a")])], ("in",), ("out",), ())
+    big = Kernel("k", (sympy.Integer(2**31 + 5),), (), small.loops, ("in",), ("out",), ())
+    sym = Kernel("k", (s0,), (), small.loops, ("in",), ("out",), (s0,))
+    r_small, r_big = render_kernel(small), render_kernel(big)
+    assert "int32 indexing" in r_small.source and r_small.spec["int32_guard"] is None
+    assert "tl.program_id(0).to(tl.int64)" in r_big.source and r_big.source_int64 is None
+    r_sym = render_kernel(sym, hints={s0: 10_000})
+    assert r_sym.spec["int32_guard"] == "s0 < 2146435072" and "def k_i64(" in r_sym.source_int64
+    r_huge = render_kernel(sym, hints={s0: 2**32})       # the hint already needs int64: no twin, no guard
+    assert r_huge.spec["size_type"] == "i64" and r_huge.source_int64 is None
+
+
+def test_masks_follow_the_index_families():
+    # out[x] = sum_r in[x, r] * w[r]: w is read with rmask only, the row value with xmask only
+    k = Kernel("k", (sympy.Integer(7),), (sympy.Integer(300),), [
+        Loop(True, [Load("a", "in", x0 * 300 + r0, "float32"), Load("w", "w", r0, "float32"),
+                    Load("b", "bias", x0, "float32"),
+                    Compute("p", "mul", ("a", "w"), "float32"), Compute("q", "add", ("p", "b"), "float32"),
+                    Reduce("s", "sum", "q", "float32")]),
+        Loop(False, [Store("out", x0, "s")]),
+    ], ("in", "w", "bias"), ("out",), ())
+    text = target().kernel_source(k)
+    assert "tl.load(in_ptr0 + (r0 + 300*x0), xmask & rmask)" in text
+    assert "tl.load(in_ptr1 + (r0), rmask)" in text
+    assert "tl.load(in_ptr2 + (x0), xmask)" in text
+    assert "tl.store(out_ptr0 + (x0), " in text
+
+
+def test_scalar_store_of_a_row_value_broadcasts_the_pointer():
+    text = target().kernel_source(ke.full_reduction("cpu").program.kernels["kernel_0"])
+    assert "tl.store(out_ptr0 + (0 + tl.zeros([XBLOCK, 1], tl.int32)), " in text
+
+
+def test_load_after_store_to_the_same_buffer_is_not_reused():
+    k = Kernel("k", (sympy.Integer(64),), (), [Loop(False, [
+        Load("a", "buf", x0, "float32"), Const("c", 2.0, "float32"), Compute("b", "mul", ("a", "c"), "float32"),
+        Store("buf", x0, "b"), Load("a2", "buf", x0, "float32"), Store("out", x0, "a2"),
+    ])], ("buf",), ("buf", "out"), ())
+    text = target().kernel_source(k)
+    assert text.count("tl.load(") == 2
+
+
+def test_index_printer_and_origins():
+    from fuse_all_codegen_triton.indexing import triton_index
+    assert triton_index(FloorDiv(x0, 7) + 3 * ModularIndexing(x1, 4, 5)) in (
+        "(x0 // 7) + 3*((x1 // 4) % 5)", "3*((x1 // 4) % 5) + (x0 // 7)")
+    assert triton_index(ModularIndexing(x1, 1, 5)) == "(x1 % 5)"
+    k = Kernel("k", (sympy.Integer(8),), (), [Loop(False, [Load("a", "in", x0, "float32"),
+                                                            Compute("b", "cos", ("a",), "float32"),
+                                                            Store("out", x0, "b")])],
+               ("in",), ("out",), (), origins=(Origin("aten.cos.default", "/home/u/model.py", 3, "y = x.cos()"),))
+    assert "# from aten.cos.default (model.py:3): y = x.cos()" in target().kernel_source(k)
+
+
+def test_outer_dims_derived_from_xindex():
+    text = target().kernel_source(ke.broadcast_add_transposed("cpu").program.kernels["kernel_0"])
+    assert "x0 = xindex // s1" in text and "x1 = xindex % s1" in text
+
+
+def test_configs_small_and_big():
+    from fuse_all_codegen_triton import configs
+    assert len(configs.pointwise_configs(10_000)) == 1               # launch-bound: no autotuning
+    assert len(configs.pointwise_configs(2**28)) >= 2
+    softmax = configs.persistent_configs(16384, 4096, True)
+    assert softmax[0]["RBLOCK"] == 4096 and softmax[0]["XBLOCK"] == 1 and len(softmax) >= 2
+    column = configs.persistent_configs(45, 300, False)
+    assert column and column[0]["XBLOCK"] * column[0]["RBLOCK"] <= 2 * configs.MAX_PERSISTENT_ELEMENTS
+    assert configs.looped_configs(64, 100_000, True, rblock=16)[0]["RBLOCK"] == 16
+
+
+def test_sum_of_bools_counts_and_max_of_bools_is_any(tmp_path):
+    from fuse_all_ir import load_host_program
+    k = Kernel("kernel_0", (sympy.Integer(5),), (sympy.Integer(37),), [
+        Loop(True, [Load("q", "arg0", x0 * 37 + r0, "bool"), Reduce("n", "sum", "q", "int64"),
+                    Reduce("m", "max", "q", "bool")]),
+        Loop(False, [Store("buf0", x0, "n"), Store("buf1", x0, "m")]),
+    ], ("arg0",), ("buf0", "buf1"), ())
+    p = ke.program("bools", "cpu", {"arg0": ke.spec("bool", [5, 37])},
+                   {"buf0": ke.spec("int64", [5]), "buf1": ke.spec("bool", [5])}, [k])
+    q = torch.rand(5, 37) > 0.7
+    q[2] = False
+    for options in ({}, {"force_looped": True, "rblock": 8}):
+        module = load_host_program(render_host_program(p, target(**options)), str(tmp_path))
+        count, anyq = module.call([q])
+        assert torch.equal(count, q.sum(1)) and torch.equal(anyq, q.any(1))

@@ -1,0 +1,156 @@
+"""The launch machinery without a GPU: the generated fast launcher (with a fake Triton launcher), the
+general path's routing, benchmark safety for in-place kernels, the autotune cache, heuristic mode."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+import torch
+
+import kernel_examples as ke
+from fuse_all_ir import load_host_program, render_host_program
+
+
+class FakeTensor:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def data_ptr(self):
+        return self.ptr
+
+
+def cos_sin_kernel(tmp_path):
+    from fuse_all_codegen_triton import TritonTarget
+    example = ke.cos_sin("cpu")
+    module = load_host_program(render_host_program(example.program, TritonTarget()), str(tmp_path))
+    return module.kernel_0_launcher
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Pretend the compiled variant exists and is loaded: record what would be launched."""
+    from fuse_all_codegen_triton import _triton_compat as compat
+    calls = {"runner": [], "launch": [], "general": []}
+    monkeypatch.setattr(compat, "stream_getter", lambda: (lambda idx: 1234))
+    monkeypatch.setattr(compat, "current_device_getter", lambda: (lambda: 0))
+    monkeypatch.setattr(compat, "launch_hooks", lambda: (None, None))
+    monkeypatch.setattr(compat, "direct_launch", lambda runner: None)
+    return calls
+
+
+def prepare(kernel, calls, first_args, direct=None, monkeypatch=None):
+    from fuse_all_codegen_triton.compiler import Compiled, VariantKey
+    kernel.interpret, kernel.device_index, kernel.chosen = False, 0, kernel.configs[0]
+    runner = lambda *a: calls["runner"].append(a)   # noqa: E731
+    for div16 in (False, True):
+        kernel._compiled[VariantKey(0, False, True, div16)] = Compiled(None, runner, "FUNC", "META")
+    kernel._run_general = lambda *a: calls["general"].append(a)
+    return kernel._make_fast_launcher(0, first_args)
+
+
+def test_fast_launcher_calls_the_runner_directly(tmp_path, fake_gpu):
+    kernel = cos_sin_kernel(tmp_path)
+    run = prepare(kernel, fake_gpu, (FakeTensor(4096), FakeTensor(8192), 10_000))
+    run(FakeTensor(4096), FakeTensor(8192), 10_000)
+    assert fake_gpu["runner"] == [(10, 1, 1, 1234, "FUNC", "META", None, None, None, 4096, 8192, 10_000, 1024)]
+    assert "data_ptr()" in kernel.launcher_source and "(s0) & 15" in kernel.launcher_source
+    run(FakeTensor(4096), FakeTensor(8192), 0)                 # empty: nothing launched
+    assert len(fake_gpu["runner"]) == 1 and not fake_gpu["general"]
+
+
+@pytest.mark.parametrize("args", [
+    (FakeTensor(4100), FakeTensor(8192), 10_000),            # unaligned view
+    (FakeTensor(4096), FakeTensor(8192), 10_001),            # size not a multiple of 16 (variant assumed it)
+    (FakeTensor(4096), FakeTensor(8192), 2**31 + 16),        # needs int64 indexing
+])
+def test_fast_launcher_hands_unusual_calls_to_the_general_path(tmp_path, fake_gpu, args):
+    run = prepare(cos_sin_kernel(tmp_path), fake_gpu, (FakeTensor(4096), FakeTensor(8192), 10_000))
+    run(*args)
+    assert fake_gpu["general"] == [args] and not fake_gpu["runner"]
+
+
+def test_fast_launcher_direct_launch(tmp_path, fake_gpu, monkeypatch):
+    from fuse_all_codegen_triton import _triton_compat as compat
+    launched = []
+    monkeypatch.setattr(compat, "direct_launch", lambda runner: (lambda *a: launched.append(a),
+                                                                  (False, False, None, None)))
+    run = prepare(cos_sin_kernel(tmp_path), fake_gpu, (FakeTensor(0), FakeTensor(512), 10_000))
+    run(FakeTensor(0), FakeTensor(512), 10_000)
+    assert launched == [(10, 1, 1, 1234, "FUNC", False, False, None, None, "META", None, None, None,
+                         0, 512, 10_000, 1024)]
+
+
+def test_interpreter_uses_the_heuristic_config_and_int64_twin(tmp_path):
+    kernel = cos_sin_kernel(tmp_path)
+    x = torch.randn(100)
+    out = torch.empty(100)
+    kernel.run(x, out, 100)
+    assert kernel.chosen == kernel.configs[0] and not kernel._futures and not kernel.autotune
+    torch.testing.assert_close(out, torch.sin(torch.cos(x)))
+    assert kernel._int32_ok(100) and not kernel._int32_ok(2**31)
+    assert kernel._fn_for(True) is kernel.fn_int64 and kernel._fn_for(False) is kernel.fn
+    kernel.run(x[:0], out[:0], 0)                              # empty: no launch, no error
+
+
+def test_benchmark_arguments_protect_in_place_outputs(tmp_path):
+    from fuse_all_codegen_triton import TritonKernel
+    spec = {"name": "k", "pointers": ["*fp32", "*fp32", "*fp32"], "sizes": [], "size_type": "i32",
+            "xnumel": "64", "rnumel": None, "configs": [{"XBLOCK": 64, "num_warps": 1}], "n_inputs": 1,
+            "mutated": [0], "source_hash": "x"}
+    kernel = TritonKernel(lambda: None, spec, device="cpu")
+    inp = torch.zeros(64)
+    args = (inp, inp, torch.zeros(64))                         # output 0 is the input (in place)
+    ptrs = kernel._bench_args(args)
+    assert ptrs[0] == inp.data_ptr() and ptrs[2] == args[2].data_ptr()
+    assert ptrs[1] != inp.data_ptr() and kernel._scratch       # redirected to scratch memory
+    spec["mutated"] = []
+    alias = torch.zeros(128)
+    ptrs = kernel._bench_args((alias[:64], alias[64:], torch.zeros(64)))   # shares the input's storage
+    assert ptrs[1] != alias[64:].data_ptr()
+
+
+def test_autotune_cache_roundtrip(_private_cache):
+    from fuse_all_codegen_triton import autotune
+    key = autotune.cache_key("hash", [{"XBLOCK": 1}], autotune.size_bucket(1000, None), "H200", "3.6.0")
+    assert autotune.load_choice(key) is None
+    autotune.store_choice(key, {"XBLOCK": 1024, "num_warps": 4}, [0.1, 0.2])
+    assert autotune.load_choice(key) == {"XBLOCK": 1024, "num_warps": 4}
+    folder = os.path.join(autotune.cache_root(), "autotune")
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(autotune.cache_root()).st_mode) == 0o700
+    # dynamic shapes share entries by power-of-two bucket; other devices / sources / versions do not
+    assert autotune.size_bucket(1000, None) == autotune.size_bucket(1024, None) != autotune.size_bucket(1025, None)
+    assert key != autotune.cache_key("hash", [{"XBLOCK": 1}], autotune.size_bucket(1000, None), "A100", "3.6.0")
+    with open(os.path.join(folder, key + ".json"), "w") as f:
+        f.write("{not json")
+    assert autotune.load_choice(key) is None                   # a corrupt entry is a miss, not a crash
+    with open(os.path.join(folder, key + ".json"), "w") as f:
+        json.dump(["wrong shape"], f)
+    assert autotune.load_choice(key) is None
+
+
+def test_benchmark_picks_per_launch_times():
+    from fuse_all_codegen_triton import autotune
+    import time
+
+    class Event:
+        def record(self):
+            self.t = time.perf_counter()
+
+        def elapsed_time(self, other):
+            return (other.t - self.t) * 1e3
+
+    slow = lambda: time.sleep(0.002)   # noqa: E731
+    fast = lambda: None                # noqa: E731
+    times = autotune.benchmark([slow, fast], lambda: None, Event)
+    assert len(times) == 2 and times[1] < times[0]
+
+
+def test_wait_compiled_and_public_api(tmp_path):
+    import fuse_all_codegen_triton as fa
+    example = ke.two_kernels("cpu")
+    module = load_host_program(render_host_program(example.program, fa.TritonTarget()), str(tmp_path))
+    fa.wait_compiled(module)                                   # nothing to wait for in the interpreter
+    assert set(fa.__all__) == {"__version__", "TritonTarget", "TritonKernel", "wait_compiled"}
