@@ -330,7 +330,8 @@ class _Writer:
 
     def store(self, st: Store) -> None:
         value = self.values[st.value]
-        fam = families(st.index) | value.fam
+        # a store of a constant to a fixed address (0-d output) still runs per lane, masked to lane 0
+        fam = families(st.index) | value.fam or frozenset({"x"})
         base = f"out_ptr{self.k.outputs.index(st.buffer)}"
         args = [self.pointer(base, st.index, fam), value.code]
         mask = self.mask(fam)

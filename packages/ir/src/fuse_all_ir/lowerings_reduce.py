@@ -38,11 +38,20 @@ def reduce(g, x: Value, dim, op_name: str, keepdim=False, result: str | None = N
         src, acc = _as(x, "bool"), "bool"
     if op_name in ("max", "min") and x.dtype != acc:
         src = _as(x, acc)
-    if x.ndim == 0:
-        return _as(src, result) if op_name not in ("argmax", "argmin") else \
-            Value((), "int64", lambda i: const(0, "int64"))
-    reduced = g.reduction(src, _dims(x, dim), op_name, acc, keepdim)
+    dims = _dims(x, dim)
+    if x.ndim == 0 or all(x.size[d] == 1 for d in dims):
+        return _trivial_reduction(src, dims, op_name, keepdim, result)
+    reduced = g.reduction(src, dims, op_name, acc, keepdim)
     return _as(reduced, result)
+
+
+def _trivial_reduction(src: Value, dims, op_name: str, keepdim: bool, result: str) -> Value:
+    """A reduction over one element per output is the element itself (its position, for argmax)."""
+    from .lowerings_view import squeeze_dims
+    value = src if keepdim or src.ndim == 0 else squeeze_dims(src, dims)
+    if op_name in ("argmax", "argmin"):
+        return Value(value.size, "int64", lambda i: const(0, "int64"))
+    return _as(value, result)
 
 
 @lowers(aten.sum.dim_IntList, aten.sum.default)
