@@ -1,0 +1,271 @@
+"""The C++ rule table: IR dtypes -> C++ types, IR ops -> C++ expression templates, literals.
+
+The renderer (`render.py`) is one walker over a kernel's statements; everything C++-specific about a value
+lives here. A template is a `str.format` pattern over the argument expressions `{a}`, `{b}`, `{c}` and:
+``{T}`` the result's C++ compute type, ``{U}`` an unsigned type at least as wide as ``{T}`` (wrapping integer
+arithmetic without signed-overflow UB) and ``{f}`` the libm suffix ("f" for float, "" for double).
+
+float16/bfloat16 values are computed in float32: loads and stores convert, an explicit ``cast`` rounds.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import struct
+
+# dtype -> (storage type in memory, compute type in expressions)
+CTYPES = {
+    "bool": ("bool", "bool"),
+    "uint8": ("uint8_t", "uint8_t"),
+    "int8": ("int8_t", "int8_t"),
+    "int16": ("int16_t", "int16_t"),
+    "int32": ("int32_t", "int32_t"),
+    "int64": ("int64_t", "int64_t"),
+    "float16": ("uint16_t", "float"),
+    "bfloat16": ("uint16_t", "float"),
+    "float32": ("float", "float"),
+    "float64": ("double", "double"),
+}
+INT_DTYPES = ("uint8", "int8", "int16", "int32", "int64")
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+LOAD_CONVERT = {"float16": "fa_h2f({})", "bfloat16": "fa_b2f({})"}
+STORE_CONVERT = {"float16": "fa_f2h({})", "bfloat16": "fa_f2b({})"}
+
+
+def storage_type(dtype: str) -> str:
+    return CTYPES[dtype][0]
+
+
+def compute_type(dtype: str) -> str:
+    return CTYPES[dtype][1]
+
+
+def dtype_class(dtype: str) -> str:
+    """'float' (computed in float or double), 'int' or 'bool': which rule table applies."""
+    if dtype in FLOAT_DTYPES:
+        return "float"
+    if dtype in INT_DTYPES:
+        return "int"
+    if dtype == "bool":
+        return "bool"
+    raise NotImplementedError(f"dtype {dtype!r} has no C++ codegen")
+
+
+def _fields(dtype: str) -> dict:
+    ctype = compute_type(dtype)
+    return {"T": ctype, "U": "uint64_t" if dtype == "int64" else "uint32_t", "f": "" if ctype == "double" else "f"}
+
+
+# ---- math functions: declared by the renderer, vectorised through glibc's libmvec where it has them ----
+UNARY_LIBM = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos",
+              "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "lgamma")
+BINARY_LIBM = ("pow", "atan2", "hypot", "fmod")
+
+
+@functools.lru_cache(None)
+def libmvec_functions() -> frozenset[str]:
+    """libm function names (float variants with the `f` suffix) that glibc's libmvec vectorises for every
+    x86 ISA level GCC may pick (SSE4, AVX, AVX2, AVX-512), so `omp declare simd` on them is safe."""
+    import ctypes
+    import platform
+
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return frozenset()
+    try:
+        handle = ctypes.CDLL("libmvec.so.1")._handle
+        dlsym = ctypes.CDLL(None).dlsym
+    except (OSError, AttributeError):
+        return frozenset()
+    dlsym.restype, dlsym.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
+    found = set()
+    for name in UNARY_LIBM + BINARY_LIBM:   # raw dlsym: 10x cheaper than ctypes attribute lookups
+        params = "v" if name in UNARY_LIBM else "vv"
+        for fname, lanes in ((name + "f", (4, 8, 8, 16)), (name, (2, 4, 4, 8))):
+            variants = [f"_ZGV{isa}N{n}{params}_{fname}".encode() for isa, n in zip("bcde", lanes)]
+            if all(dlsym(handle, v) for v in variants):
+                found.add(fname)
+    return frozenset(found)
+
+
+def math_declarations(vectorised: frozenset[str]) -> str:
+    lines = ['extern "C" {']
+    for name in UNARY_LIBM + BINARY_LIBM:
+        params = 1 if name in UNARY_LIBM else 2
+        for fname, ctype in ((name + "f", "float"), (name, "double")):
+            if fname in vectorised:
+                lines.append("#pragma omp declare simd notinbranch")
+            lines.append(f"{ctype} {fname}({', '.join([ctype] * params)}) noexcept;")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+# ---- op rules -----------------------------------------------------------------------------------------
+_COMPARE = {"eq": "({a} == {b})", "ne": "({a} != {b})", "lt": "({a} < {b})", "le": "({a} <= {b})",
+            "gt": "({a} > {b})", "ge": "({a} >= {b})"}
+_LOGICAL = {"logical_and": "(({a} != 0) & ({b} != 0))", "logical_or": "(({a} != 0) | ({b} != 0))",
+            "logical_xor": "(({a} != 0) != ({b} != 0))", "logical_not": "({a} == 0)",
+            "where": "({a} ? {b} : {c})"}
+
+FLOAT_RULES = {
+    **_COMPARE, **_LOGICAL,
+    **{op: f"{op}{{f}}({{a}})" for op in UNARY_LIBM},
+    "exp": "fa_exp{f}({a})",   # float: the prelude's inline expf (no slow path); double: libm/libmvec
+    "neg": "(-{a})", "abs": "__builtin_fabs{f}({a})", "sqrt": "__builtin_sqrt{f}({a})",
+    "rsqrt": "(({T})1 / __builtin_sqrt{f}({a}))", "reciprocal": "(({T})1 / {a})",
+    "sigmoid": "(({T})1 / (({T})1 + fa_exp{f}(-{a})))", "erfinv": "fa_erfinv({a})",
+    "floor": "__builtin_floor{f}({a})", "ceil": "__builtin_ceil{f}({a})", "trunc": "__builtin_trunc{f}({a})",
+    "round": "__builtin_rint{f}({a})",  # half to even, like torch.round
+    "sign": "(({T})(({a} > 0) - ({a} < 0)))",  # 0 for NaN, like torch.sign on CPU
+    "isnan": "({a} != {a})", "isinf": "(__builtin_fabs{f}({a}) == __builtin_inf{f}())",
+    "isfinite": "(__builtin_fabs{f}({a}) < __builtin_inf{f}())",
+    "add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "truediv": "({a} / {b})",
+    "floordiv": "fa_floordiv_float({a}, {b})", "remainder": "fa_remainder_float({a}, {b})",
+    "fmod": "fmod{f}({a}, {b})",
+    "pow": "pow{f}({a}, {b})", "atan2": "atan2{f}({a}, {b})", "hypot": "hypot{f}({a}, {b})",
+    "maximum": "fa_max({a}, {b})", "minimum": "fa_min({a}, {b})", "copysign": "__builtin_copysign{f}({a}, {b})",
+}
+
+INT_RULES = {
+    **_COMPARE, **_LOGICAL,
+    "neg": "(({T})(0u - ({U}){a}))", "abs": "(({T})({a} < 0 ? 0u - ({U}){a} : ({U}){a}))",
+    "sign": "(({T})(({a} > 0) - ({a} < 0)))", "bitwise_not": "(({T})~{a})",
+    "isnan": "false", "isinf": "false", "isfinite": "true",
+    "add": "(({T})(({U}){a} + ({U}){b}))", "sub": "(({T})(({U}){a} - ({U}){b}))",
+    "mul": "(({T})(({U}){a} * ({U}){b}))",
+    "floordiv": "fa_floordiv<{T}>({a}, {b})", "remainder": "fa_remainder<{T}>({a}, {b})",
+    "fmod": "fa_fmod_int<{T}>({a}, {b})", "pow": "fa_ipow<{T}>({a}, {b})",
+    "maximum": "({a} > {b} ? {a} : {b})", "minimum": "({a} < {b} ? {a} : {b})",
+    "bitwise_and": "(({T})({a} & {b}))", "bitwise_or": "(({T})({a} | {b}))", "bitwise_xor": "(({T})({a} ^ {b}))",
+    "lshift": "fa_shl<{T}>({a}, {b})", "rshift": "fa_shr<{T}>({a}, {b})",
+    "floor": "{a}", "ceil": "{a}", "round": "{a}", "trunc": "{a}",
+}
+
+BOOL_RULES = {
+    **_COMPARE, **_LOGICAL,
+    "bitwise_and": "({a} & {b})", "bitwise_or": "({a} | {b})", "bitwise_xor": "({a} != {b})",
+    "bitwise_not": "(!{a})", "add": "({a} | {b})", "mul": "({a} & {b})", "maximum": "({a} | {b})",
+    "minimum": "({a} & {b})", "abs": "{a}", "sign": "{a}",
+    "isnan": "false", "isinf": "false", "isfinite": "true",
+}
+
+RULES = {"float": FLOAT_RULES, "int": INT_RULES, "bool": BOOL_RULES}
+
+
+def render_op(op: str, args: list[str], arg_dtypes: list[str], dtype: str) -> str:
+    """The C++ expression of `op` on argument expressions `args` with result dtype `dtype`."""
+    if op == "cast":
+        return render_cast(args[0], arg_dtypes[0], dtype)
+    # comparisons/logic yield bool but dispatch on their operands; `where` on its values
+    operand = arg_dtypes[1] if op == "where" else arg_dtypes[0]
+    table = RULES[dtype_class(operand)]
+    if op not in table:
+        raise NotImplementedError(f"op {op!r} on {operand} has no C++ rule")
+    names = dict(zip("abc", args))
+    return table[op].format(**names, **_fields(operand if op not in ("where",) else dtype))
+
+
+def render_cast(expr: str, src: str, dst: str) -> str:
+    if src == dst or (compute_type(src) == compute_type(dst) and dst not in ("float16", "bfloat16")):
+        return expr   # same compute type (float16 -> float32 included: the value already is a float)
+    if dst == "bool":
+        return f"({expr} != 0)"
+    if dst == "float16":
+        return f"fa_round_h((float){expr})"
+    if dst == "bfloat16":
+        return f"fa_round_b((float){expr})"
+    ctype = compute_type(dst)
+    if dst in INT_DTYPES and src in FLOAT_DTYPES and dst != "int64":
+        # float -> narrow int through int64: defined wrap-around for values outside the target's range
+        return f"(({ctype})(int64_t){expr})"
+    return f"(({ctype}){expr})"
+
+
+# ---- literals and accumulators --------------------------------------------------------------------------
+
+def _round_float(value: float, dtype: str) -> float:
+    """`value` as the nearest `dtype` number (how torch stores a Python scalar), as a Python float."""
+    if dtype == "float16":
+        try:
+            return struct.unpack("<e", struct.pack("<e", value))[0]
+        except OverflowError:
+            return math.copysign(math.inf, value)
+    if dtype in ("bfloat16", "float32"):
+        try:
+            f = struct.unpack("<f", struct.pack("<f", value))[0]
+        except OverflowError:
+            return math.copysign(math.inf, value)
+        if dtype == "bfloat16" and math.isfinite(f):
+            bits = struct.unpack("<I", struct.pack("<f", f))[0]
+            bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+            f = struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+        return f
+    return value
+
+
+def literal(value, dtype: str) -> str:
+    """A C++ literal of `dtype`'s compute type."""
+    if dtype == "bool":
+        return "true" if value else "false"
+    if dtype in INT_DTYPES:
+        v = int(value)
+        if dtype == "int64":
+            return f"(int64_t){v}LL" if -2**63 < v < 2**63 else "(int64_t)(-9223372036854775807LL - 1)"
+        return f"(({compute_type(dtype)}){v})"
+    f = "" if dtype == "float64" else "f"
+    v = _round_float(float(value), dtype)
+    if math.isnan(v):
+        return f"__builtin_nan{f}(\"\")"
+    if math.isinf(v):
+        return f"{'-' if v < 0 else ''}__builtin_inf{f}()"
+    text = repr(v)
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return f"{text}{f}" if v >= 0 else f"({text}{f})"
+
+
+def reduction_init(op: str, dtype: str) -> str:
+    """The identity an accumulator of `op` starts from."""
+    cls = dtype_class(dtype)
+    if op == "sum":
+        return literal(0, dtype) if cls != "bool" else "false"
+    if op == "prod":
+        return literal(1, dtype) if cls != "bool" else "true"
+    if op in ("any",):
+        return "false"
+    if op in ("all",):
+        return "true"
+    if op in ("max", "min"):
+        sign = -1 if op == "max" else 1
+        if cls == "float":
+            return literal(sign * math.inf, dtype)
+        if cls == "bool":
+            return "false" if op == "max" else "true"
+        bits = {"uint8": 8, "int8": 8, "int16": 16, "int32": 32, "int64": 64}[dtype]
+        lo, hi = (0, 255) if dtype == "uint8" else (-2 ** (bits - 1), 2 ** (bits - 1) - 1)
+        return literal(lo if op == "max" else hi, dtype)
+    raise NotImplementedError(f"reduction {op!r}")
+
+
+def reduction_update(op: str, acc: str, value: str, dtype: str) -> tuple[str, str | None]:
+    """(statement updating `acc` with `value`, the OpenMP reduction identifier or None when the update
+    cannot be an OpenMP reduction)."""
+    cls = dtype_class(dtype)
+    if op == "sum":
+        return (f"{acc} = {acc} | {value};", "|") if cls == "bool" else (f"{acc} = {acc} + {value};", "+")
+    if op == "prod":
+        return (f"{acc} = {acc} & {value};", "&") if cls == "bool" else (f"{acc} = {acc} * {value};", "*")
+    if op == "any" or (op == "max" and cls == "bool"):
+        return f"{acc} = {acc} | ({value} != 0);", "|"
+    if op == "all" or (op == "min" and cls == "bool"):
+        return f"{acc} = {acc} & ({value} != 0);", "&"
+    if op in ("max", "min"):
+        if cls == "float":
+            return f"{acc} = fa_{op}({acc}, {value});", f"fa_{op}"
+        cmp = ">" if op == "max" else "<"
+        return f"{acc} = {value} {cmp} {acc} ? {value} : {acc};", op
+    raise NotImplementedError(f"reduction {op!r}")
+
+
+def combine(op: str, acc: str, part: str, dtype: str) -> str:
+    """Statement merging a partial result `part` into `acc` (split reductions)."""
+    return reduction_update(op, acc, part, dtype)[0]

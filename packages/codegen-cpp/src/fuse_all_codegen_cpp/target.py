@@ -1,0 +1,52 @@
+"""`CppTarget`: the C++ codegen as a `fuse_all_ir.host.KernelTarget`.
+
+The host program's prelude embeds the whole translation unit as a string and loads it through
+`load_library` (a hash and a dlopen when it is cached), then binds one ctypes launcher per kernel with its
+argument types set once, so a launch is one ctypes call on `data_ptr()`s and int sizes.
+"""
+from __future__ import annotations
+
+from fuse_all_ir.program import Kernel, Program
+
+from .render import c_name, program_buffer_dtypes, render_kernel, render_translation_unit
+
+
+def _py_string(text: str) -> str:
+    """A Python literal for `text`, readable (triple-quoted raw) whenever that is exact."""
+    if "'''" not in text and not text.endswith("\\") and "\r" not in text:
+        return "r'''" + text + "'''"
+    return repr(text)
+
+
+class CppTarget:
+    language = "cpp"
+
+    def __init__(self):
+        self._sources: dict[int, tuple[Kernel, str]] = {}   # id(kernel) -> (kernel, its C++ function)
+
+    def render_prelude(self, program: Program) -> str:
+        if not program.kernels:
+            return "# no C++ kernels in this graph"     # don't pay a compiler call for an empty TU
+        source = render_translation_unit(program)
+        dtypes = program_buffer_dtypes(program)
+        for kernel in program.kernels.values():
+            self._sources[id(kernel)] = (kernel, render_kernel(kernel, dtypes, program.size_hints))
+        lines = [
+            "from fuse_all_codegen_cpp import load_library as _fa_load_library",
+            "",
+            f"_fa_cpp_source = {_py_string(source)}",
+            "_fa_cpp = _fa_load_library(_fa_cpp_source)",
+        ]
+        for kernel in program.kernels.values():
+            n_ptr = len(kernel.inputs) + len(kernel.outputs)
+            lines.append(f"{c_name(kernel.name)} = _fa_cpp.kernel({c_name(kernel.name)!r}, {n_ptr}, "
+                         f"{len(kernel.size_symbols)})")
+        return "\n".join(lines)
+
+    def render_launch(self, kernel: Kernel, buffer_args: list[str], size_args: list[str]) -> str:
+        args = [f"{b}.data_ptr()" for b in buffer_args] + list(size_args)
+        return f"{c_name(kernel.name)}({', '.join(args)})"
+
+    def kernel_source(self, kernel: Kernel) -> str:
+        kept = self._sources.get(id(kernel))
+        return kept[1] if kept is not None and kept[0] is kernel else render_kernel(kernel)
