@@ -258,7 +258,8 @@ def _div(g, a, b, rounding_mode=None):
     if rounding_mode == "floor":
         return pointwise(g, binary("floordiv"), a, b)
     if dtypes.is_float(dt):
-        return pointwise(g, lambda x, y: op("trunc", (op("truediv", (x, y), dt),), dt), a, b)
+        # eager rounds the quotient to the tensor's dtype before truncating (matters for float16/bfloat16)
+        return pointwise(g, lambda x, y: op("trunc", (op("cast", (op("truediv", (x, y), dt),), dt),), dt), a, b)
 
     def trunc_div(x, y):
         quotient = op("floordiv", (x, y), dt)
