@@ -135,3 +135,38 @@ def test_sum_of_bools_counts_and_max_of_bools_is_any(tmp_path):
         module = load_host_program(render_host_program(p, target(**options)), str(tmp_path))
         count, anyq = module.call([q])
         assert torch.equal(count, q.sum(1)) and torch.equal(anyq, q.any(1))
+
+
+def test_floor_div_and_modulo_of_a_sum_are_parenthesised(tmp_path):
+    """Regression (BERT 32x128 on the H200: "operation not supported on global/shared address space"):
+    a view [4096, 3072] -> [32, 128, 3072] read back flat gives FloorDiv(3072*x0 + x1, 393216), which was
+    printed ``3072*x0 + x1 // 393216`` (// binds tighter than +): an out-of-bounds load."""
+    from fuse_all_codegen_triton.indexing import triton_index
+    from fuse_all_ir import load_host_program
+    assert triton_index(FloorDiv(48 * x0 + x1, 1536)) == "((48*x0 + x1) // 1536)"
+    assert triton_index(ModularIndexing(48 * x0 + x1, 48, 32)) == "(((48*x0 + x1) // 48) % 32)"
+    assert triton_index(ModularIndexing(2 * x0 + x1, 1, 5)) == "((2*x0 + x1) % 5)"
+    # x viewed as [2, 32, 48] and read back as [64, 48]: the index must reduce to 48*x0 + x1
+    flat = 48 * x0 + x1
+    index = x1 + 1536 * FloorDiv(flat, 1536) + 48 * ModularIndexing(flat, 48, 32)
+    k = Kernel("kernel_0", (sympy.Integer(64), sympy.Integer(48)), (), [Loop(False, [
+        Load("a", "arg0", index, "float32"), Compute("b", "cos", ("a",), "float32"), Store("buf0", flat, "b")])],
+        ("arg0",), ("buf0",), ())
+    p = ke.program("view_flat", "cpu", {"arg0": ke.spec("float32", [64, 48])},
+                   {"buf0": ke.spec("float32", [64, 48])}, [k])
+    module = load_host_program(render_host_program(p, target()), str(tmp_path))
+    x = ke.nonzero_randn(64, 48)
+    (out,) = module.call([x])
+    torch.testing.assert_close(out, torch.cos(x))
+
+
+def test_configs_for_short_rows_and_huge_streams():
+    """H200 measurements (bench/gpu_triton_regressions.py): layer norm over 768 wants a few rows per program
+    and <= 8 warps; streams of 2**28 floats reach the copy ceiling with 4096-element blocks."""
+    from fuse_all_codegen_triton import configs
+    ln = configs.persistent_configs(4096, 768, True)
+    assert ln[0]["XBLOCK"] > 1 and ln[0]["RBLOCK"] == 1024 and ln[0]["num_warps"] <= 8
+    assert {"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 4, "num_stages": 1} in ln and len(ln) <= 4
+    assert all(c["XBLOCK"] * c["RBLOCK"] <= 2 * configs.MAX_PERSISTENT_ELEMENTS for c in ln)
+    assert any(c["XBLOCK"] == 4096 for c in configs.pointwise_configs(2**28))
+    assert len(configs.pointwise_configs(2**22)) == 2                # mid-sized: no extra compiles

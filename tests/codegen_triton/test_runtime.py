@@ -154,3 +154,33 @@ def test_wait_compiled_and_public_api(tmp_path):
     module = load_host_program(render_host_program(example.program, fa.TritonTarget()), str(tmp_path))
     fa.wait_compiled(module)                                   # nothing to wait for in the interpreter
     assert set(fa.__all__) == {"__version__", "TritonTarget", "TritonKernel", "wait_compiled"}
+
+
+def test_autotune_choice_is_benchmarked_and_remembered(_private_cache, monkeypatch):
+    """Regression: `_choose_config` once reused the name of the tuning key for the variant keys, so
+    storing the winner raised "can only concatenate tuple (not "str") to tuple" and every autotuned
+    kernel (the reductions, on the GPU) fell back to triton's slow launcher."""
+    import contextlib
+    from fuse_all_codegen_triton import TritonKernel, autotune
+    from fuse_all_codegen_triton.compiler import Compiled, VariantKey
+    configs = [{"XBLOCK": 1024, "num_warps": 4}, {"XBLOCK": 2048, "num_warps": 8}]
+    spec = {"name": "k", "pointers": ["*fp32", "*fp32"], "sizes": ["s0"], "size_type": "i32",
+            "xnumel": "s0", "rnumel": None, "configs": configs, "n_inputs": 1, "mutated": [],
+            "source_hash": "x"}
+    kernel = TritonKernel(lambda: None, spec, device="cpu")
+    kernel.autotune, kernel.device_index = True, 0
+    kernel._submit = lambda key: None                          # every variant is "compiled" below
+    for i in range(2):
+        for aligned in (False, True):
+            for div16 in (False, True):
+                kernel._compiled[VariantKey(i, False, aligned, div16)] = Compiled(None, lambda *a: None, "F", "M")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda idx=None: "FakeGPU")
+    monkeypatch.setattr(torch.cuda, "device", lambda idx: contextlib.nullcontext())
+    from fuse_all_codegen_triton import _triton_compat as compat
+    monkeypatch.setattr(compat, "stream_getter", lambda: (lambda idx: 1234))
+    monkeypatch.setattr(autotune, "benchmark", lambda launchers, sync, event: [0.2, 0.1][: len(launchers)])
+    args = (torch.zeros(4096), torch.zeros(4096), 4096)
+    assert kernel._choose_config(args) == 1 and kernel.timings_ms == [0.2, 0.1]
+    assert autotune.load_choice(kernel._tuning_key([4096])) == configs[1]
+    monkeypatch.setattr(autotune, "benchmark", lambda *a: pytest.fail("the stored choice is reused"))
+    assert kernel._choose_config(args) == 1

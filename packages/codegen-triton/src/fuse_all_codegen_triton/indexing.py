@@ -22,17 +22,31 @@ INT32_LIMIT = 2**31 - 2**20
 
 
 class TritonIndexPrinter(PythonIndexPrinter):
-    """The host printer's // and % (index arithmetic is on non-negative integers, so Triton's C-style
-    integer division and remainder equal Python's), plus integer powers; fractions are errors."""
+    """Python's // and % (index arithmetic is on non-negative integers, so Triton's C-style integer
+    division and remainder equal Python's), plus integer powers; fractions are errors.
+
+    Every operand of // and % that is not a symbol or an integer is parenthesised: `//` and `%` bind
+    tighter than `+` and `*` is left-associative with them, so ``FloorDiv(3072*x0 + x1, 393216)`` must print
+    as ``((3072*x0 + x1) // 393216)``, never ``(3072*x0 + x1 // 393216)`` (that wrong reading made BERT at
+    32x128 load far out of bounds: "operation not supported on global/shared address space")."""
+
+    def _operand(self, expr) -> str:
+        text = self._print(expr)
+        if expr.is_Symbol or expr.is_Integer or (text.startswith("(") and _balanced_outer(text)):
+            return text
+        return f"({text})"
+
+    def _print_FloorDiv(self, expr):
+        return f"({self._operand(expr.args[0])} // {self._operand(expr.args[1])})"
 
     def _print_ModularIndexing(self, expr):
         base, div, mod = expr.args
         if div != 1:
-            return super()._print_ModularIndexing(expr)
-        return f"({self._print(base)} % {self._print(mod)})"
+            return f"(({self._operand(base)} // {self._operand(div)}) % {self._operand(mod)})"
+        return f"({self._operand(base)} % {self._operand(mod)})"
 
     def _print_Mod(self, expr):
-        return f"({self._print(expr.args[0])} % {self._print(expr.args[1])})"
+        return f"({self._operand(expr.args[0])} % {self._operand(expr.args[1])})"
 
     def _print_Pow(self, expr):
         base, exp = expr.args
@@ -42,6 +56,17 @@ class TritonIndexPrinter(PythonIndexPrinter):
 
     def _print_Rational(self, expr):
         raise NotImplementedError(f"index expression {expr} is not integer arithmetic")
+
+
+def _balanced_outer(text: str) -> bool:
+    """Whether `text` is one parenthesised group, "(...)" (not "(a) + (b)")."""
+    depth = 0
+    for i, c in enumerate(text):
+        depth += c == "("
+        depth -= c == ")"
+        if depth == 0 and i < len(text) - 1:
+            return False
+    return depth == 0
 
 
 _PRINTER = TritonIndexPrinter()

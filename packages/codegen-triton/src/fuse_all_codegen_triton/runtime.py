@@ -102,6 +102,7 @@ class TritonKernel:
         except Exception as e:  # noqa: BLE001 - Triton internals moved: stay correct through triton's JIT
             log.warning("fuse-all: %s: fast Triton launch unavailable (%s: %s); using triton's launcher",
                         self.name, type(e).__name__, e)
+            log.debug("fuse-all: %s: why the fast Triton launch failed", self.name, exc_info=True)
             self.chosen = self.configs[0]
             self.run = self._run_jit
 
@@ -129,11 +130,13 @@ class TritonKernel:
         if xnumel == 0:
             return 0
         launch_args = self._bench_args(args)
-        keys = [self._variant(i, launch_args[: self.n_ptr], sizes) for i in range(len(self.configs))]
-        for key in keys:   # whatever is missing compiles in parallel
-            self._submit(key)
-        launchers = [self._bound_launch(self.compiled(key), self.configs[key.config], launch_args, xnumel)
-                     for key in keys]
+        # (`variants`, not `key`: `key` is the tuning cache key stored below; shadowing it with a
+        # VariantKey once made store_choice fail with "can only concatenate tuple (not "str") to tuple")
+        variants = [self._variant(i, launch_args[: self.n_ptr], sizes) for i in range(len(self.configs))]
+        for variant in variants:   # whatever is missing compiles in parallel
+            self._submit(variant)
+        launchers = [self._bound_launch(self.compiled(v), self.configs[v.config], launch_args, xnumel)
+                     for v in variants]
         with torch.cuda.device(self.device_index):
             times = autotune.benchmark(launchers, torch.cuda.synchronize,
                                        lambda: torch.cuda.Event(enable_timing=True))

@@ -32,11 +32,17 @@ class KernelTarget(Protocol):
 
 class PythonIndexPrinter(sympy.printing.str.StrPrinter):
     def _print_FloorDiv(self, expr):
-        return f"({self._print(expr.args[0])} // {self._print(expr.args[1])})"
+        base, div = (self._operand(a) for a in expr.args)
+        return f"({base} // {div})"
 
     def _print_ModularIndexing(self, expr):
-        base, div, mod = (self._print(a) for a in expr.args)
+        base, div, mod = (self._operand(a) for a in expr.args)
         return f"(({base} // {div}) % {mod})"
+
+    def _operand(self, expr) -> str:
+        """`//` and `%` bind tighter than `+` and `*`: bracket anything but a symbol or an integer."""
+        text = self._print(expr)
+        return text if expr.is_Symbol or expr.is_Integer else f"({text})"
 
     def _print_Integer(self, expr):
         return str(int(expr))

@@ -43,6 +43,21 @@ def _known_less(a, b) -> bool:
     return bool(diff.is_positive)
 
 
+def _factor_out(base, div, ranges):
+    """(c*k + rest) // div == k // (div / c) when 0 <= rest < c and c divides div: the usual shape after a
+    view flattens (k, c) and another unflattens it. Returns (k, div / c) or None."""
+    if not base.is_Add:
+        return None
+    for term in base.args:
+        coeff, k = term.as_coeff_Mul()
+        if coeff <= 1 or not coeff.is_Integer or not (div / coeff).is_integer:
+            continue
+        rest = base - term
+        if _known_less(upper_bound(rest, ranges), coeff) and (rest == 0 or rest.is_nonnegative is not False):
+            return k, div / coeff
+    return None
+
+
 def simplify_index(expr, ranges: dict):
     expr = sympy.sympify(expr)
     if not expr.has(FloorDiv, ModularIndexing):
@@ -57,8 +72,14 @@ def simplify_index(expr, ranges: dict):
             base, div = e.args
             if _known_less(upper_bound(base, ranges), div):
                 return sympy.Integer(0)
+            factored = _factor_out(base, div, ranges)
+            if factored is not None:
+                return FloorDiv(*factored)
         elif isinstance(e, ModularIndexing):
             base, div, mod = e.args
+            factored = _factor_out(base, div, ranges)
+            if factored is not None:
+                return ModularIndexing(factored[0], factored[1], mod)
             bound = upper_bound(base, ranges)
             if _known_less(bound, div * mod):
                 return FloorDiv(base, div) if div != 1 else base
