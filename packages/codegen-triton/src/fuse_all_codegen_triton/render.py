@@ -343,8 +343,11 @@ class _Writer:
 
     def index_value(self, st: IndexValue) -> None:
         fam = families(st.expr)
-        if not fam:
+        if not fam and st.expr.is_number:
             code = f"tl.full({self.shape(fam)}, {int(st.expr)}, {tl_type(st.dtype)})"
+        elif not fam:   # a size argument (symbolic size): a scalar, broadcast like a constant
+            scalar = render_cast(f"({triton_index(st.expr)})", "int64" if self.idx64 else "int32", st.dtype)
+            code = f"tl.full({self.shape(fam)}, 0, {tl_type(st.dtype)}) + {scalar}"
         else:
             code = render_cast(triton_index(st.expr), "int64" if self.idx64 else "int32", st.dtype)
         self.values[st.name] = _Value(self.assign(code), st.dtype, fam)

@@ -258,8 +258,11 @@ def _div(g, a, b, rounding_mode=None):
     if rounding_mode == "floor":
         return pointwise(g, binary("floordiv"), a, b)
     if dtypes.is_float(dt):
-        # eager rounds the quotient to the tensor's dtype before truncating (matters for float16/bfloat16)
-        return pointwise(g, lambda x, y: op("trunc", (op("cast", (op("truediv", (x, y), dt),), dt),), dt), a, b)
+        # eager rounds the quotient to the tensor's dtype before truncating (matters for float16/bfloat16):
+        # divide in float32 and cast explicitly, which every codegen rounds
+        wide = "float64" if dt == "float64" else "float32"
+        return pointwise(g, lambda x, y: op("trunc", (cast(op("truediv", (cast(x, wide), cast(y, wide)), wide),
+                                                           dt),), dt), a, b)
 
     def trunc_div(x, y):
         quotient = op("floordiv", (x, y), dt)
