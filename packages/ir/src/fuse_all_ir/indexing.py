@@ -74,12 +74,12 @@ def simplify_index(expr, ranges: dict):
                 return sympy.Integer(0)
             factored = _factor_out(base, div, ranges)
             if factored is not None:
-                return FloorDiv(*factored)
+                return rewrite(FloorDiv(*factored))
         elif isinstance(e, ModularIndexing):
             base, div, mod = e.args
             factored = _factor_out(base, div, ranges)
             if factored is not None:
-                return ModularIndexing(factored[0], factored[1], mod)
+                return rewrite(ModularIndexing(factored[0], factored[1], mod))
             bound = upper_bound(base, ranges)
             if _known_less(bound, div * mod):
                 return FloorDiv(base, div) if div != 1 else base
