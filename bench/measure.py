@@ -1,0 +1,298 @@
+"""Run one workload on every backend, side by side in this process: first call (compile) time, steady-state
+median, GB/s, correctness against eager, and fuse_all's warm compile time in a fresh subprocess."""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import torch
+
+from compare import compare, snapshot
+from env import one_line
+from timing import first_call, median_ms, time_limit
+from workloads import Instance, build
+
+
+@dataclass(frozen=True)
+class Backend:
+    key: str
+    backend: str | None      # None: eager, nothing compiled
+    mode: str | None = None
+    cuda_only: bool = False
+    timed: bool = True       # aot_eager is only the capture floor: its first call is what counts
+
+    @property
+    def fuse_all(self) -> bool:
+        return self.backend == "fuse_all"
+
+    @property
+    def cudagraph_trees(self) -> bool:
+        return self.mode == "reduce-overhead"
+
+
+BACKENDS = [
+    Backend("eager", None),
+    Backend("aot_eager", "aot_eager", timed=False),
+    Backend("inductor", "inductor"),
+    Backend("inductor_ro", "inductor", "reduce-overhead", cuda_only=True),
+    Backend("cudagraphs", "cudagraphs", cuda_only=True),
+    Backend("fuse_all", "fuse_all"),
+    Backend("fuse_all_ro", "fuse_all", "reduce-overhead", cuda_only=True),
+]
+CHILD_TAG = "@@BENCH_CHILD "
+
+
+def backends_for(device: str, only: list[str] | None = None) -> list[Backend]:
+    chosen = [b for b in BACKENDS if device == "cuda" or not b.cuda_only]
+    if only:
+        unknown = set(only) - {b.key for b in BACKENDS}
+        if unknown:
+            raise SystemExit(f"unknown backends {sorted(unknown)}; known: {[b.key for b in BACKENDS]}")
+        chosen = [b for b in chosen if b.key in only or b.key == "eager"]   # eager is the reference
+    return chosen
+
+
+def fresh_cache_env(name: str) -> dict[str, str]:
+    """A cold start for fuse_all: its own cache and Triton's kernel cache in a new temporary folder."""
+    root = tempfile.mkdtemp(prefix=f"fuse_all_bench_{name}_")
+    return {"FUSE_ALL_CACHE_DIR": root, "TRITON_CACHE_DIR": os.path.join(root, "triton")}
+
+
+class _Env:
+    """Set environment variables for a block, restoring the previous values afterwards."""
+
+    def __init__(self, values: dict[str, str]):
+        self.values, self.saved = values, {}
+
+    def __enter__(self):
+        self.saved = {k: os.environ.get(k) for k in self.values}
+        os.environ.update(self.values)
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def clean_slate(device: str) -> None:
+    """Forget every compiled graph (Dynamo's caches, CUDA graph trees) and give memory back."""
+    torch._dynamo.reset()
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def fuse_all_summary() -> dict:
+    """What fuse_all made of the graphs compiled since the last `fuse_all.reset()`."""
+    import fuse_all
+    records = fuse_all.compiled_graphs()
+    fallbacks = [f"{r.kind}: {r.fallback_reason}" for r in records if getattr(r, "fallback_reason", None)]
+    return {"graphs": len(records), "kernels": sum(len(r.kernels) for r in records),
+            "externs": sum(len(getattr(r, "externs", ()) or ()) for r in records),
+            "kinds": sorted({r.kind for r in records}), "fallbacks": fallbacks}
+
+
+def _iteration(inst: Instance, fn, cudagraph_trees: bool):
+    if not cudagraph_trees:
+        return lambda: inst.step(fn)
+
+    def step():
+        torch.compiler.cudagraph_mark_step_begin()   # outputs of the previous replay may be overwritten
+        return inst.step(fn)
+    return step
+
+
+def measure_backend(b: Backend, inst: Instance, ref, device: str, name: str, args) -> dict:
+    """One cell: compile with backend `b`, first call time, median, check. Never raises."""
+    cell: dict = {}
+    env = fresh_cache_env(name) if b.fuse_all else {}
+    compiled = None
+    try:
+        with time_limit(args.backend_timeout), _Env(env):
+            clean_slate(device)
+            if b.fuse_all:
+                import fuse_all
+                fuse_all.reset()
+            compiled = torch.compile(inst.target, backend=b.backend, mode=b.mode)
+            inst.reset()
+            step = _iteration(inst, compiled, b.cudagraph_trees)
+            cell["first_s"], out = first_call(step, device)
+            if b.fuse_all:
+                cell["fuse_all"] = fuse_all_summary()
+            ok, cell["check"] = compare(snapshot(out), ref, inst.tol, inst.loss_only)
+            cell["check_ok"] = ok
+            del out
+            if b.timed:
+                cell["median_ms"] = median_ms(step, device, args.quick)
+                if inst.min_bytes:
+                    cell["gbps"] = inst.min_bytes / (cell["median_ms"] * 1e-3) / 1e9
+    except Exception as exc:  # noqa: BLE001 - one backend failing must not end the run
+        cell["error"] = one_line(exc)
+    finally:
+        del compiled
+        clean_slate(device)
+    if b.key == "fuse_all" and "first_s" in cell:
+        cell["cache_env"] = env       # kept for the warm run
+    elif env:
+        shutil.rmtree(env["FUSE_ALL_CACHE_DIR"], ignore_errors=True)
+    return cell
+
+
+def measure_eager(inst: Instance, device: str, args) -> tuple[dict, list | None]:
+    cell: dict = {}
+    ref = None
+    try:
+        with time_limit(args.backend_timeout):
+            inst.reset()
+            step = _iteration(inst, inst.target, False)
+            cell["first_s"], out = first_call(step, device)
+            ref = snapshot(out)
+            del out
+            cell["median_ms"] = median_ms(step, device, args.quick)
+            if inst.min_bytes:
+                cell["gbps"] = inst.min_bytes / (cell["median_ms"] * 1e-3) / 1e9
+    except Exception as exc:  # noqa: BLE001
+        cell["error"] = one_line(exc)
+    return cell, ref
+
+
+def warm_compile(name: str, device: str, env: dict[str, str], args) -> dict:
+    """fuse_all's first call in a new process whose cache folders are those the cold run filled."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench.py")
+    cmd = [sys.executable, script, "--child", "--device", device, "--workloads", name]
+    if args.no_prime:
+        cmd.append("--no-prime")
+    try:
+        proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True,
+                              timeout=args.backend_timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"warm child took longer than {args.backend_timeout} s"}
+    for line in proc.stdout.splitlines():
+        if line.startswith(CHILD_TAG):
+            return json.loads(line[len(CHILD_TAG):])
+    tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return {"error": f"warm child exited {proc.returncode}: {tail[:160]}"}
+
+
+def child_main(name: str, device: str, prime: bool) -> None:
+    """`bench.py --child`: compile `name` with fuse_all once and print its first call time as JSON."""
+    from env import register_fuse_all
+    problem = register_fuse_all()
+    if problem:
+        print(CHILD_TAG + json.dumps({"error": problem}), flush=True)
+        return
+    if prime:
+        prime_backends(device, ["fuse_all"])
+    inst = build(name, device)
+    trace_warmup(inst, device)          # as in the parent, so cold and warm differ only in the caches
+    import fuse_all
+    fuse_all.reset()
+    compiled = torch.compile(inst.target, backend="fuse_all")
+    seconds, _ = first_call(lambda: inst.step(compiled), device)
+    print(CHILD_TAG + json.dumps({"first_s": seconds, "fuse_all": fuse_all_summary()}), flush=True)
+
+
+def trace_warmup(inst: Instance, device: str) -> float | None:
+    """Trace the workload once with aot_eager and throw the result away. A process's first trace of a model
+    fills caches that survive `torch._dynamo.reset()` (source and bytecode analysis, fake-tensor dispatch),
+    worth ~0.5 s on ResNet50; without this the first backend measured pays it and the others do not."""
+    clean_slate(device)
+    try:
+        seconds, _ = first_call(lambda: inst.step(torch.compile(inst.target, backend="aot_eager")), device)
+    except Exception:  # noqa: BLE001 - the aot_eager cell will report it
+        seconds = None
+    inst.reset()
+    clean_slate(device)
+    return seconds
+
+
+def prime_backends(device: str, backends: list[str]) -> dict:
+    """Compile a tiny unrelated function once per backend, so each workload's compile time is its own and
+    not the one-off cost of importing a compiler stack (which a process pays once, on its first compile).
+    Returns the seconds each priming took (shown in the header: that is the first-compile import cost)."""
+    x = torch.randn(64, device=device)
+    spent = {}
+    for backend in backends:
+        env = fresh_cache_env("prime") if backend == "fuse_all" else {}
+        start = time.perf_counter()
+        try:
+            with _Env(env):
+                torch.compile(lambda t: torch.tanh(t) * 3 + 1, backend=backend)(x)
+                spent[backend] = round(time.perf_counter() - start, 3)
+        except Exception as exc:  # noqa: BLE001 - the real cells will report it
+            spent[backend] = f"FAILED: {one_line(exc)}"
+        finally:
+            torch._dynamo.reset()
+            if env:
+                shutil.rmtree(env["FUSE_ALL_CACHE_DIR"], ignore_errors=True)
+    return spent
+
+
+def run_workload(name: str, device: str, backends: list[Backend], args, fuse_all_problem: str | None) -> dict:
+    """Every backend on one workload; prints each cell as it completes (the log of an unattended run)."""
+    start = time.perf_counter()
+    row: dict = {"workload": name, "cells": {}}
+    print(f"== {name} ({device})", flush=True)
+    try:
+        inst = build(name, device)
+    except Exception as exc:  # noqa: BLE001
+        row["error"] = f"build: {one_line(exc)}"
+        print(f"   FAILED: {row['error']}", flush=True)
+        return row
+    row["min_bytes"] = inst.min_bytes
+    eager, ref = measure_eager(inst, device, args)
+    row["cells"]["eager"] = eager
+    _print_cell("eager", eager)
+    if ref is not None:
+        row["trace_warmup_s"] = trace_warmup(inst, device)
+    for b in backends:
+        if b.key == "eager":
+            continue
+        if b.fuse_all and fuse_all_problem:
+            cell = {"error": fuse_all_problem}
+        elif ref is None:
+            cell = {"error": "eager failed: nothing to compare with"}
+        else:
+            cell = measure_backend(b, inst, ref, device, name, args)
+        row["cells"][b.key] = cell
+        _print_cell(b.key, cell)
+    cold = row["cells"].get("fuse_all", {})
+    env = cold.pop("cache_env", None)
+    if env and not args.no_warm:
+        row["fuse_all_warm"] = warm_compile(name, device, env, args)
+        _print_cell("fuse_all warm", row["fuse_all_warm"])
+    if env:
+        shutil.rmtree(env["FUSE_ALL_CACHE_DIR"], ignore_errors=True)
+    row["elapsed_s"] = time.perf_counter() - start
+    print(f"   ({row['elapsed_s']:.0f} s)", flush=True)
+    del inst
+    clean_slate(device)
+    return row
+
+
+def _print_cell(key: str, cell: dict) -> None:
+    if "error" in cell:
+        print(f"   {key:<14} FAILED: {cell['error']}", flush=True)
+        return
+    parts = [f"first call {cell['first_s']:8.3f} s"]
+    if "median_ms" in cell:
+        parts.append(f"median {cell['median_ms']:10.4f} ms")
+    if "gbps" in cell:
+        parts.append(f"{cell['gbps']:8.1f} GB/s")
+    if "check" in cell:
+        parts.append(cell["check"])
+    if "fuse_all" in cell:
+        s = cell["fuse_all"]
+        parts.append(f"[{s['graphs']} graphs {'/'.join(s['kinds'])}, {s['kernels']} kernels, {s['externs']} "
+                     f"ATen calls, {len(s['fallbacks'])} fallbacks{': ' + s['fallbacks'][0] if s['fallbacks'] else ''}]")
+    print(f"   {key:<14} " + "   ".join(parts), flush=True)

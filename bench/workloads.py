@@ -1,0 +1,170 @@
+"""The benchmark workloads, named as in anchors-h200.md.
+
+A workload builds an `Instance`: the callable torch.compile wraps (`target`), its inputs, and `step`, one
+iteration with any version of the target (eager or compiled) that returns what is compared with eager.
+Inference runs under `torch.no_grad()` (eval mode, as served; without it AOTAutograd would build a
+forward graph that saves activations for a backward nobody runs). Training is one forward + loss +
+backward step with the gradients reset first (no optimizer step, as in the anchors).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class Instance:
+    target: Callable[..., Any]
+    inputs: tuple
+    step: Callable[[Callable[..., Any]], Any]
+    min_bytes: int | None = None     # memory-bound workloads: each input read once, each output written once
+    tol: float = 1e-5                # see compare.py: atol = rtol = tol, atol scaled by the reference's size
+    loss_only: bool = False          # dropout makes everything but the loss's rough value incomparable
+    reset: Callable[[], None] = lambda: None   # back to the state of build() (BatchNorm running stats)
+
+
+def _inference(target, inputs, **kw) -> Instance:
+    def step(fn):
+        with torch.no_grad():
+            return fn(*inputs)
+    return Instance(target, inputs, step, **kw)
+
+
+def _training(model: torch.nn.Module, target, inputs, **kw) -> Instance:
+    params = [p for p in model.parameters() if p.requires_grad]
+    buffers = list(model.buffers())
+    initial = [b.detach().clone() for b in buffers]
+
+    def reset():
+        with torch.no_grad():
+            for b, value in zip(buffers, initial):
+                b.copy_(value)
+
+    def step(fn):
+        for p in params:
+            p.grad = None
+        loss = fn(*inputs)
+        loss.backward()
+        # BatchNorm's running stats change every step; compare them too (cheap clones; tiny tensors)
+        return [loss.detach()] + [p.grad for p in params] + [b.detach().clone() for b in buffers]
+    return Instance(target, inputs, step, reset=reset, **kw)
+
+
+# ------------------------------------------------------------------------------------------ micro kernels
+def pw_cos_sin(device: str, n: int) -> Instance:
+    x = torch.randn(n, device=device)
+    return _inference(lambda x: torch.sin(torch.cos(x)), (x,), min_bytes=2 * 4 * n)
+
+
+def softmax(device: str, rows: int, cols: int) -> Instance:
+    x = torch.randn(rows, cols, device=device)
+    return _inference(lambda x: torch.softmax(x, dim=-1), (x,), min_bytes=2 * 4 * rows * cols)
+
+
+def add_layernorm_gelu(device: str, rows: int, hidden: int) -> Instance:
+    ln = torch.nn.LayerNorm(hidden, device=device)
+    x, y = torch.randn(rows, hidden, device=device), torch.randn(rows, hidden, device=device)
+    # x, y and the output, plus the layer norm's weight and bias (6 KB, counted for honesty)
+    return _inference(lambda x, y: F.gelu(ln(x + y)), (x, y), min_bytes=4 * (3 * rows * hidden + 2 * hidden))
+
+
+# ------------------------------------------------------------------------------------------------- models
+# Deep nets with random weights: float32 rounding differs wherever a compiler reorders a reduction or fuses
+# (e.g. batch norm folded into one multiply-add), and the differences grow through ~50-100 layers. 1e-3 of
+# the output's scale is ~1e4 float32 ulps; a real bug (wrong index, missing op) is off by O(1).
+MODEL_TOL = 1e-3
+
+
+def resnet50(device: str, batch: int, channels: int, height: int, width: int) -> Instance:
+    import torchvision
+    model = torchvision.models.resnet50(weights=None).eval().to(device)
+    x = torch.randn(batch, channels, height, width, device=device)
+    return _inference(model, (x,), tol=MODEL_TOL)
+
+
+def resnext101(device: str, batch: int, channels: int, height: int, width: int) -> Instance:
+    import timm
+    model = timm.create_model("resnext101_32x8d", pretrained=False, num_classes=2).eval().to(device)
+    x = torch.randn(batch, channels, height, width, device=device)
+    return _inference(model, (x,), tol=MODEL_TOL)
+
+
+def _bert(device: str, batch: int, seq: int, train: bool):
+    from transformers import BertConfig, BertModel
+    model = BertModel(BertConfig()).to(device).train(train)
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
+    mask = torch.ones(batch, seq, dtype=torch.long, device=device)
+    types = torch.zeros(batch, seq, dtype=torch.long, device=device)
+    return model, (ids, mask, types)
+
+
+def bert(device: str, batch: int, seq: int) -> Instance:
+    model, inputs = _bert(device, batch, seq, train=False)
+
+    def forward(ids, mask, types):
+        return model(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    return _inference(forward, inputs, tol=MODEL_TOL)
+
+
+def train_resnet50(device: str, batch: int, size: int) -> Instance:
+    import torchvision
+    model = torchvision.models.resnet50(weights=None).train().to(device)
+    x = torch.randn(batch, 3, size, size, device=device)
+    y = torch.randint(0, 1000, (batch,), device=device)
+
+    def loss(x, y):
+        return F.cross_entropy(model(x), y)
+    return _training(model, loss, (x, y), tol=MODEL_TOL)
+
+
+def train_bert(device: str, batch: int, seq: int) -> Instance:
+    # default config, dropout on (as trained): compiled dropout draws other random numbers than eager, so
+    # only the loss's rough value is comparable here; tests/training checks gradients with dropout off
+    model, inputs = _bert(device, batch, seq, train=True)
+
+    def loss(ids, mask, types):
+        hidden = model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        return hidden.pow(2).mean()
+    return _training(model, loss, inputs, tol=2e-2, loss_only=True)
+
+
+P = functools.partial
+WORKLOADS: dict[str, Callable[[str], Instance]] = {
+    "pw_cos_sin_1e4": P(pw_cos_sin, n=10**4),
+    "pw_cos_sin_1e7": P(pw_cos_sin, n=10**7),
+    "pw_cos_sin_2e28": P(pw_cos_sin, n=2**28),      # 2^28 floats (1 GiB), as in the anchors' GB/s
+    "softmax_4096x4096": P(softmax, rows=4096, cols=4096),
+    "softmax_16384x4096": P(softmax, rows=16384, cols=4096),
+    "add_layernorm_gelu_4096x768": P(add_layernorm_gelu, rows=4096, hidden=768),
+    "resnet50_1x3x64x64": P(resnet50, batch=1, channels=3, height=64, width=64),
+    "resnet50_1x3x224x224": P(resnet50, batch=1, channels=3, height=224, width=224),
+    "resnet50_64x3x224x224": P(resnet50, batch=64, channels=3, height=224, width=224),
+    "bert_1x12": P(bert, batch=1, seq=12),
+    "bert_32x128": P(bert, batch=32, seq=128),
+    "resnext101_64x3x7x7": P(resnext101, batch=64, channels=3, height=7, width=7),
+    "resnext101_32x3x224x224": P(resnext101, batch=32, channels=3, height=224, width=224),
+    "train_resnet50_32x224": P(train_resnet50, batch=32, size=224),
+    "train_bert_8x128": P(train_bert, batch=8, seq=128),
+}
+
+# issue 3 (CPU) and issues 4/5 (CUDA)
+CPU_SET = ["pw_cos_sin_1e4", "pw_cos_sin_1e7", "softmax_4096x4096", "add_layernorm_gelu_4096x768",
+           "resnet50_1x3x64x64", "bert_1x12"]
+CUDA_SET = ["pw_cos_sin_1e4", "pw_cos_sin_2e28", "softmax_16384x4096", "add_layernorm_gelu_4096x768",
+            "resnet50_1x3x64x64", "resnet50_1x3x224x224", "resnet50_64x3x224x224", "bert_1x12", "bert_32x128",
+            "resnext101_64x3x7x7", "resnext101_32x3x224x224", "train_resnet50_32x224", "train_bert_8x128"]
+
+
+def build(name: str, device: str, seed: int = 0) -> Instance:
+    if name not in WORKLOADS:
+        raise KeyError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+    torch.manual_seed(seed)
+    return WORKLOADS[name](device)
+
+
+def default_set(device: str) -> list[str]:
+    return list(CUDA_SET if device == "cuda" else CPU_SET)
