@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,8 +62,6 @@ class CompiledSample:
     workspace: Path
     source: Path
     artifact_dir: Path
-    real: bool  # records come from a real compile, not from write_fixture_records
-    detail: str  # why the fallback was taken, when it was
 
 
 def write_sample(workspace: Path, source: str = SAMPLE_SOURCE) -> Path:
@@ -96,7 +93,7 @@ def compile_sample(workspace: Path, python: str = sys.executable, timeout_s: flo
         failure = f"the compile took more than {timeout_s:.0f} s"
     if failure is not None:
         raise RuntimeError(f"real compile of the sample failed: {failure}")
-    return CompiledSample(workspace, source, artifact_dir, True, "")
+    return CompiledSample(workspace, source, artifact_dir)
 
 
 _compiled: list[CompiledSample] = []
@@ -106,11 +103,6 @@ def compile_sample_once(tmp_path_factory) -> CompiledSample:
     """One compile per pytest session, shared by tests/lsp and tests/editors."""
     if not _compiled:
         _compiled.append(compile_sample(tmp_path_factory.mktemp("compiled")))
-        if not _compiled[0].real:
-            warnings.warn(
-                f"the real compile of the sample failed, records come from the fixture builder: {_compiled[0].detail}",
-                stacklevel=2,
-            )
     return _compiled[0]
 
 
@@ -270,8 +262,6 @@ if __name__ == "__main__":
     print(
         json.dumps(
             {
-                "records_from": "real compile" if outcome.real else "fixture",
-                "detail": outcome.detail,
                 "source": str(outcome.source),
                 "artifact_dir": str(outcome.artifact_dir),
             },
