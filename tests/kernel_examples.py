@@ -12,14 +12,13 @@ accident); sizes are odd so that vector remainders and partial tiles are exercis
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import sympy
 import torch
 
 from fuse_all_ir import (
-    DTYPES, Alloc, BufferRef, Compute, Const, Free, GraphInput, IndexValue, Kernel, KernelCall, Load, Loop, Program,
-    Reduce, Store, TensorSpec, size_symbol, xvar, rvar,
+    DTYPES, Compute, Const, Free, IndexValue, Kernel, Load, Loop, Reduce, Store, size_symbol, xvar, rvar,
 )
 
 x0, x1, x2 = xvar(0), xvar(1), xvar(2)
@@ -27,78 +26,10 @@ r0, r1 = rvar(0), rvar(1)
 s0, s1 = size_symbol("s0"), size_symbol("s1")
 
 
-class Example(NamedTuple):
-    program: Program
-    inputs: list
-    expected: Callable[[list], tuple]
-    rtol: float | None = None           # overrides for floating outputs (None: torch's per-dtype defaults)
-    atol: float | None = None
+from kernel_program_builders import (  # noqa: E402,F401 - re-exported for the tests that use `ke.<name>`
+    Example, assert_outputs_match, contiguous_strides, nonzero_randn, pointwise, program, spec, uniform,
+)
 
-
-# ---- helpers ----------------------------------------------------------------------------------------
-
-def contiguous_strides(size) -> tuple:
-    strides, acc = [], sympy.Integer(1)
-    for n in reversed(size):
-        strides.append(acc)
-        acc = acc * n
-    return tuple(reversed(strides))
-
-
-def spec(dtype: str, size, stride=None, device="cpu") -> TensorSpec:
-    size = tuple(sympy.sympify(s) for s in size)
-    stride = contiguous_strides(size) if stride is None else tuple(sympy.sympify(s) for s in stride)
-    return TensorSpec(dtype, size, stride, sympy.Integer(0), device)
-
-
-def program(name: str, device: str, inputs: dict[str, TensorSpec], outputs: dict[str, TensorSpec],
-            kernels: list[Kernel], temps: dict[str, TensorSpec] | None = None,
-            size_symbols: dict | None = None, size_hints: dict | None = None) -> Program:
-    """A program that allocates every output and temporary, runs `kernels` in order and returns outputs."""
-    temps = temps or {}
-    buffers = {**temps, **outputs}
-    steps = [Alloc(b) for b in buffers] + [KernelCall(k.name) for k in kernels]
-    return Program(
-        graph_id=name, device=device,
-        inputs=[GraphInput(n, "tensor", s) for n, s in inputs.items()],
-        buffers=buffers, kernels={k.name: k for k in kernels}, steps=steps,
-        outputs=[BufferRef(n) for n in outputs],
-        size_symbols=size_symbols or {}, size_hints=size_hints or {},
-    )
-
-
-def pointwise(name, outer, body, inputs, outputs, size_symbols=()) -> Kernel:
-    return Kernel(name, tuple(sympy.sympify(n) for n in outer), (), [Loop(False, body)],
-                  tuple(inputs), tuple(outputs), tuple(size_symbols))
-
-
-def nonzero_randn(*size, dtype=torch.float32, device="cpu", scale=1.0) -> torch.Tensor:
-    t = torch.randn(*size, dtype=torch.float64, device=device) * scale
-    t = torch.where(t.abs() < 1e-3, torch.full_like(t, 0.5), t)
-    return t.to(dtype)
-
-
-def uniform(lo, hi, *size, dtype=torch.float32, device="cpu") -> torch.Tensor:
-    t = torch.rand(*size, dtype=torch.float64, device=device) * (hi - lo) + lo
-    return t.to(dtype)
-
-
-def assert_outputs_match(actual, expected, example: Example | None = None) -> None:
-    assert len(actual) == len(expected), f"{len(actual)} outputs, expected {len(expected)}"
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        assert a.dtype == e.dtype, f"output {i}: dtype {a.dtype}, expected {e.dtype}"
-        assert tuple(a.shape) == tuple(e.shape), f"output {i}: shape {tuple(a.shape)}, expected {tuple(e.shape)}"
-        kwargs = {}
-        if e.dtype.is_floating_point and example is not None and example.rtol is not None:
-            kwargs = {"rtol": example.rtol, "atol": example.atol}
-        elif e.dtype in (torch.float16, torch.bfloat16):
-            kwargs = {"rtol": 1e-2, "atol": 1e-2}
-        elif e.dtype == torch.float32:
-            kwargs = {"rtol": 1e-5, "atol": 1e-5}
-        torch.testing.assert_close(a.cpu(), e.cpu(), equal_nan=True, msg=lambda m: f"output {i}: {m}", **kwargs)
-
-
-# ---- the examples -----------------------------------------------------------------------------------
 
 def cos_sin(device):
     """sin(cos(x)) over a symbolic size s0: the smallest fused graph."""
