@@ -18,10 +18,6 @@ class Options:
     fallback: bool = True          # on a compile error run the graph in ATen with a warning (False: raise)
     debug: bool = False            # write the debug folder (also FUSE_ALL_DEBUG=1 / TORCH_COMPILE_DEBUG=1)
 
-    @property
-    def names(self):
-        return [f.name for f in fields(self)]
-
 
 _CHOICES = {"codegen": ("auto", "cpp", "triton")}
 
