@@ -7,7 +7,9 @@ from typing import Callable, NamedTuple
 import sympy
 import torch
 
-from fuse_all_ir import Alloc, BufferRef, GraphInput, Kernel, KernelCall, Loop, Program, TensorSpec
+from fuse_all_ir import (
+    Alloc, BufferRef, GraphInput, Kernel, KernelCall, Loop, Program, TensorSpec, contiguous_strides,
+)
 
 class Example(NamedTuple):
     program: Program
@@ -18,14 +20,6 @@ class Example(NamedTuple):
 
 
 # ---- helpers ----------------------------------------------------------------------------------------
-
-def contiguous_strides(size) -> tuple:
-    strides, acc = [], sympy.Integer(1)
-    for n in reversed(size):
-        strides.append(acc)
-        acc = acc * n
-    return tuple(reversed(strides))
-
 
 def spec(dtype: str, size, stride=None, device="cpu") -> TensorSpec:
     size = tuple(sympy.sympify(s) for s in size)

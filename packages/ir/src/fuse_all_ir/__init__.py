@@ -13,6 +13,7 @@ from .program import (
     Alloc, BufferRef, Compute, Const, ExternCall, Free, GraphInput, IndexValue, Kernel, KernelCall, Load, Loop,
     Origin, Program, Reduce, Store, TensorSpec,
 )
+from .lowering import contiguous_strides
 from .symbolic import FloorDiv, ModularIndexing, rvar, size_symbol, xvar
 
 __all__ = [
@@ -20,5 +21,5 @@ __all__ = [
     "render_host_program", "BINARY_OPS", "DTYPES", "OP_ARITY", "REDUCTION_OPS", "TERNARY_OPS", "UNARY_OPS",
     "Alloc", "BufferRef", "Compute", "Const", "ExternCall", "Free", "GraphInput", "IndexValue", "Kernel",
     "KernelCall", "Load", "Loop", "Origin", "Program", "Reduce", "Store", "TensorSpec", "FloorDiv",
-    "ModularIndexing", "rvar", "size_symbol", "xvar",
+    "ModularIndexing", "rvar", "size_symbol", "xvar", "contiguous_strides",
 ]

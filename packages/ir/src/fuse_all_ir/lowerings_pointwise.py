@@ -34,7 +34,6 @@ def result_dtype(*operands) -> str:
         item = items[0]
         return dtypes.dtype_name(item.dtype) if isinstance(item, torch.Tensor) else \
             ("bool" if isinstance(item, bool) else "int64" if isinstance(item, int) else "float32")
-    dtype = items[0] if not isinstance(items[0], torch.Tensor) else items[0]
     result = torch.result_type(items[0], items[1])
     for item in items[2:]:
         result = torch.result_type(torch.empty((0,), dtype=result), item)

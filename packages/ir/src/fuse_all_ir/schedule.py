@@ -15,25 +15,23 @@ def schedule(lowered: LoweredGraph) -> Program:
     nodes = lowered.nodes
     index_of = {n.name: i for i, n in enumerate(fusion.order)}
 
+    # a unit is a fusion group or one ATen call (several output nodes can share one call)
     units: list = list(groups)
-    seen_calls = set()
+    names_of: list = [[m.name for m in g.members] for g in groups]
+    call_unit: dict = {}
     for node in fusion.order:
-        if node.kind == "extern" and id(node.extern) not in seen_calls:
-            seen_calls.add(id(node.extern))
-            units.append(node.extern)
+        if node.kind == "extern":
+            if id(node.extern) not in call_unit:
+                call_unit[id(node.extern)] = len(units)
+                units.append(node.extern)
+                names_of.append([])
+            names_of[call_unit[id(node.extern)]].append(node.name)
 
-    def unit_names(unit) -> list:
-        if isinstance(unit, Group):
-            return [m.name for m in unit.members]
-        return [n.name for n in fusion.order if n.kind == "extern" and n.extern is unit]
-
-    owner = {}
-    for u, unit in enumerate(units):
-        for name in unit_names(unit):
-            owner[name] = u
-    reads_of = [set().union(*(nodes[n].reads for n in unit_names(unit))) for unit in units]
+    owner = {name: u for u, names in enumerate(names_of) for name in names}
+    reads_of = [set().union(*(nodes[n].reads for n in names)) for names in names_of]
     deps = [{owner[r] for r in reads_of[u] if r in owner and owner[r] != u} for u in range(len(units))]
-    order = _topological(units, deps, lambda u: min(index_of[n] for n in unit_names(units[u])))
+    first_index = [min(index_of[n] for n in names) for names in names_of]
+    order = _topological(units, deps, first_index.__getitem__)
 
     outputs = {o.name for o in lowered.outputs if isinstance(o, BufferRef)}
     stored = set(outputs)
