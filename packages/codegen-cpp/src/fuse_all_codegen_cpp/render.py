@@ -410,8 +410,8 @@ class KernelRenderer:
             reduces = [s for s in loop.body if isinstance(s, Reduce)]
             self.declare_accumulators(reduces)
             self.open(comment="split over threads along r0")
-            self.emit("const int fa_max_threads = omp_get_max_threads();")
-            self.emit("int fa_used = 1;")
+            self.emit("const int64_t fa_max_threads = omp_get_max_threads();")
+            self.emit("int64_t fa_used = 1;")
             for r in reduces:
                 part_type = rules.compute_type(self.dtypes[r.arg] if r.op in ("argmax", "argmin") else r.dtype)
                 self.emit(f"{part_type} fa_part_{_value(r.name)}[fa_max_threads];")
@@ -419,10 +419,12 @@ class KernelRenderer:
                     self.emit(f"int64_t fa_part_idx_{_value(r.name)}[fa_max_threads];")
             self.emit(f"#pragma omp parallel{clause}")
             self.open()
-            self.emit("const int fa_t = omp_get_thread_num(), fa_nt = omp_get_num_threads();")
+            # int64 throughout: `length * thread` passes 2**31 long before the length does (2 threads and
+            # 2**30 elements; 128 threads and 2**24)
+            self.emit("const int64_t fa_t = omp_get_thread_num(), fa_nt = omp_get_num_threads();")
             self.emit("if (fa_t == 0) fa_used = fa_nt;")
-            r_len = cpp_index(k.reduction[0])
-            self.emit(f"const int64_t fa_lo = ({r_len}) * fa_t / fa_nt, fa_hi = ({r_len}) * (fa_t + 1) / fa_nt;")
+            r_len = f"(int64_t)({cpp_index(k.reduction[0])})"
+            self.emit(f"const int64_t fa_lo = {r_len} * fa_t / fa_nt, fa_hi = {r_len} * (fa_t + 1) / fa_nt;")
             self.declare_accumulators(reduces)
             self.reduction_loops(loop.body, reduces, ("fa_lo", "fa_hi"))
             for r in reduces:
@@ -432,7 +434,7 @@ class KernelRenderer:
                 else:
                     self.emit(f"fa_part_{acc}[fa_t] = {acc};")
             self.close()
-            self.open("for (int fa_t = 0; fa_t < fa_used; ++fa_t)")
+            self.open("for (int64_t fa_t = 0; fa_t < fa_used; ++fa_t)")
             for r in reduces:
                 acc, part = _value(r.name), f"fa_part_{_value(r.name)}[fa_t]"
                 if r.op in ("argmax", "argmin"):
