@@ -63,6 +63,49 @@ static inline int64_t fa_tile_width(int64_t width, int64_t rows, int64_t max_til
   return w < 32 ? 32 : (w > max_tile ? max_tile : w);
 }
 
+// ---- float sums: blocks of FA_SUM_BLOCK elements (vector lanes inside), block sums combined pairwise --
+// One running accumulator over n elements has an error growing like n (5e-5 relative at 5M elements);
+// blocks of a few thousand plus a pairwise tree over the blocks keep it near eager's cascade sum.
+// `level[k]` holds the sum of 2^k consecutive blocks when bit k of `n` is set (a binary counter).
+template <class T> struct fa_cascade {
+  T level[64];
+  uint64_t n = 0;
+  inline void add(T v) {
+    int k = 0;
+    for (uint64_t c = n; c & 1; c >>= 1, ++k) v = level[k] + v;
+    level[k] = v;
+    ++n;
+  }
+  inline T total() const {      // the smallest (most recent) partials first
+    T s = 0;
+    for (int k = 0; k < 64; ++k)
+      if ((n >> k) & 1) s = s + level[k];
+    return s;
+  }
+};
+// Tiled (column) sums keep one accumulator per column; every FA_TILE_LEVEL_ROWS rows level k is added into
+// level k + 1 (and cleared): each column sum is then a tree of fan-out 64 instead of one long chain.
+#define FA_TILE_LEVEL_BITS 6
+#define FA_TILE_LEVELS 5
+// Called after every 64th row: level 0 (`acc`) goes into level 1, and so on while the row count is a
+// multiple of 64^(k+2). `levels` holds levels 1.. as rows of `stride` columns.
+template <class T> static inline void fa_tile_flush(T* acc, T* levels, int64_t stride, int64_t w, int64_t rows) {
+  T* lo = acc;
+  for (int k = 0; k < FA_TILE_LEVELS - 1; ++k) {
+    T* up = levels + k * stride;
+    #pragma omp simd
+    for (int64_t j = 0; j < w; ++j) { up[j] = up[j] + lo[j]; lo[j] = 0; }
+    if (k + 1 == FA_TILE_LEVELS - 1 || (rows & (((int64_t)1 << (FA_TILE_LEVEL_BITS * (k + 2))) - 1)) != 0) return;
+    lo = up;
+  }
+}
+template <class T> static inline void fa_tile_total(T* acc, const T* levels, int64_t stride, int64_t w) {
+  for (int k = 0; k < FA_TILE_LEVELS - 1; ++k) {
+    #pragma omp simd
+    for (int64_t j = 0; j < w; ++j) acc[j] = acc[j] + levels[k * stride + j];
+  }
+}
+
 // ---- Python-style integer and float division --------------------------------------------------------
 // Integer division by zero traps in C (torch raises instead); we return 0 rather than kill the process.
 #define FA_SIGNED(T) ((T)-1 < (T)0)

@@ -36,6 +36,9 @@ MAX_TILE = 1024                # columns per tile in tiled reductions (fewer whe
 PARALLEL_MIN_WORK = 32768      # below this many element-steps a kernel runs on the calling thread
 SPLIT_MIN_REDUCTION = 8192     # a reduction this long is worth splitting over threads ...
 DEFAULT_SIZE_HINT = 8192       # ... (symbols without a hint are assumed this large)
+# Float sums accumulate per block of this many elements (each vector lane about SUM_BLOCK / 16 of them in a
+# row), then the block sums pairwise: the error of a 1e8-element sum stays near eager's cascade sum.
+SUM_BLOCK = 4096
 
 
 def split_max_outer() -> int:
@@ -96,6 +99,10 @@ def c_name(name: str) -> str:
 
 def _value(name: str) -> str:
     return "v_" + c_name(name)
+
+
+def is_float_sum(r: Reduce) -> bool:
+    return r.op == "sum" and rules.dtype_class(r.dtype) == "float"
 
 
 def _numel(sizes) -> sympy.Expr:
@@ -230,10 +237,26 @@ class KernelRenderer:
         return "#pragma omp simd" + "".join(clauses)
 
     def reduction_loops(self, body, reduces: list[Reduce], first_range: tuple[str, str] | None = None) -> None:
-        """The nested loop over the reduction space with `body` innermost; `first_range` restricts r0."""
+        """The nested loop over the reduction space with `body` innermost; `first_range` restricts r0.
+        Float sums are accumulated per block of about SUM_BLOCK elements and the block sums combined
+        pairwise (`fa_cascade`): see `block_dim`."""
         dims = self.k.reduction
+        sums = [r for r in reduces if is_float_sum(r)]
+        block = self.block_dim() if sums else None
+        if block is not None:
+            self.open(comment=f"float sums: blocks of ~{SUM_BLOCK} elements, block sums combined pairwise")
+            for r in sums:
+                self.emit(f"fa_cascade<{rules.compute_type(r.dtype)}> fa_cs_{_value(r.name)};")
         for i, n in enumerate(dims):
             lo, hi = ("0", cpp_index(n)) if (i or first_range is None) else first_range
+            if i == block:
+                per_block = _numel(dims[i + 1:])
+                step = (str(max(1, SUM_BLOCK // int(per_block))) if per_block.is_Integer else
+                        f"(({cpp_index(per_block)}) >= {SUM_BLOCK} ? (int64_t)1 : {SUM_BLOCK} / ({cpp_index(per_block)}))")
+                self.open(f"for (int64_t fa_b = {lo}, fa_step = {step}; fa_b < {hi}; fa_b += fa_step)")
+                self.emit(f"const int64_t fa_e = ({hi}) - fa_b < fa_step ? ({hi}) : fa_b + fa_step;")
+                self.declare_accumulators(sums)          # the block's own sums, shadowing the phase's
+                lo, hi = "fa_b", "fa_e"
             if i == len(dims) - 1:
                 pragma = self.simd_pragma(reduces)
                 if pragma:
@@ -241,8 +264,26 @@ class KernelRenderer:
             self.open(f"for (int64_t {rvar(i)} = {lo}; {rvar(i)} < {hi}; ++{rvar(i)})")
         for stmt in body:
             self.statement(stmt)
-        for _ in dims:
+        for i in reversed(range(len(dims))):
             self.close()
+            if i == block:
+                for r in sums:
+                    self.emit(f"fa_cs_{_value(r.name)}.add({_value(r.name)});")
+                self.close()
+        if block is not None:
+            for r in sums:
+                self.emit(f"{_value(r.name)} = fa_cs_{_value(r.name)}.total();")
+            self.close()
+
+    def block_dim(self, block: int = SUM_BLOCK) -> int | None:
+        """The reduction dim cut into blocks: the innermost one whose loop nest covers `block` elements
+        (its inner dims together are shorter; a block takes several of its steps). None when the whole
+        reduction is shorter than a block (by the size hints)."""
+        dims = self.k.reduction
+        for i in reversed(range(len(dims))):
+            if _hint(_numel(dims[i:]), self.size_hints) >= block:
+                return i
+        return None
 
     # -- kernels
     def render(self) -> str:
@@ -379,15 +420,34 @@ class KernelRenderer:
                 column_loop([st for st in loop.body if not isinstance(st, Const)])   # consts: emitted above
                 continue
             reduces = [s for s in loop.body if isinstance(s, Reduce)]
+            # float sums down long columns: a tree of fan-out 64 per column (see fa_tile_flush)
+            sums = [r for r in reduces if is_float_sum(r)] if self.block_dim(64) is not None else []
+            if sums:
+                self.open(comment="column sums: levels of 64 rows")
+                self.emit("int64_t fa_rows = 0;")
+                for r in sums:
+                    self.emit(f"{rules.compute_type(r.dtype)} fa_lv_{_value(r.name)}[FA_TILE_LEVELS - 1][{MAX_TILE}];")
             if reduces:
                 self.open("for (int64_t fa_j = 0; fa_j < fa_w; ++fa_j)")
                 for r in reduces:
                     self.emit(f"{self.ref(r.name)} = {rules.reduction_init(r.op, r.dtype)};")
+                    if r in sums:
+                        self.emit(f"for (int64_t fa_k = 0; fa_k < FA_TILE_LEVELS - 1; ++fa_k) "
+                                  f"fa_lv_{_value(r.name)}[fa_k][fa_j] = 0;")
                 self.close()
             for i, size in enumerate(k.reduction):
                 self.open(f"for (int64_t {rvar(i)} = 0; {rvar(i)} < {cpp_index(size)}; ++{rvar(i)})")
             column_loop(loop.body)
+            if sums:
+                self.open(f"if ((++fa_rows & ((1 << FA_TILE_LEVEL_BITS) - 1)) == 0)")
+                for r in sums:
+                    self.emit(f"fa_tile_flush({_value(r.name)}, fa_lv_{_value(r.name)}[0], {MAX_TILE}, fa_w, fa_rows);")
+                self.close()
             for _ in k.reduction:
+                self.close()
+            if sums:
+                for r in sums:
+                    self.emit(f"fa_tile_total({_value(r.name)}, fa_lv_{_value(r.name)}[0], {MAX_TILE}, fa_w);")
                 self.close()
         self.arrays.clear()
         for _ in range(n):
@@ -434,6 +494,9 @@ class KernelRenderer:
                 else:
                     self.emit(f"fa_part_{acc}[fa_t] = {acc};")
             self.close()
+            sums = [r for r in reduces if is_float_sum(r)]
+            for r in sums:      # thread partials of float sums are combined pairwise too
+                self.emit(f"fa_cascade<{rules.compute_type(r.dtype)}> fa_cs_{_value(r.name)};")
             self.open("for (int64_t fa_t = 0; fa_t < fa_used; ++fa_t)")
             for r in reduces:
                 acc, part = _value(r.name), f"fa_part_{_value(r.name)}[fa_t]"
@@ -441,9 +504,13 @@ class KernelRenderer:
                     idx = f"fa_part_idx_{acc}[fa_t]"
                     self.emit(f"if ({idx} >= 0 && fa_{r.op}_takes({part}, {acc}, {acc}_val)) "
                               f"{{ {acc}_val = {part}; {acc} = {idx}; }}")
+                elif r in sums:
+                    self.emit(f"fa_cs_{acc}.add({part});")
                 else:
                     self.emit(rules.combine(r.op, acc, part, r.dtype))
             self.close()
+            for r in sums:
+                self.emit(f"{_value(r.name)} = fa_cs_{_value(r.name)}.total();")
             self.close()
         for _ in range(max(n, 1)):
             self.close()
