@@ -44,6 +44,21 @@ def combine(op: str, dtype: str, acc: str, value: str) -> str:
     }[op]
 
 
+def kahan_step(acc: str, comp: str, value: str, mask: str, new_name) -> list[str]:
+    """Lines adding `value` to the float accumulator `acc` where `mask` holds, with Kahan compensation:
+    `comp` carries the low-order bits each addition rounded away (the lane's sum is `acc - comp`).
+    Where the new sum is inf or NaN the compensation is dropped (inf - inf would turn it into NaN and
+    poison every later step); the sum itself propagates inf/NaN as a plain sum does. No multiplies, so
+    FMA contraction cannot change the arithmetic, and Triton does not reassociate float adds."""
+    y, t = new_name(), new_name()
+    return [
+        f"{y} = {value} - {comp}",
+        f"{t} = {acc} + {y}",
+        f"{comp} = tl.where({mask}, tl.where(tl.abs({t}) < float(\"inf\"), ({t} - {acc}) - {y}, 0.0), {comp})",
+        f"{acc} = tl.where({mask}, {t}, {acc})",
+    ]
+
+
 def final(op: str, dtype: str, masked: str, index: str | None = None) -> str:
     """Reduce a neutral-filled [.., RBLOCK] block `masked` over axis 1, keeping a [.., 1] shape.
     `index` is the block of flat reduction positions (argmax/argmin only)."""

@@ -28,7 +28,7 @@ from . import configs as cfgs
 from . import reductions as red
 from ._triton_compat import pointer_type
 from .indexing import choose_index_dtype, derive_index_vars, families, stride_along, triton_index
-from .rules import compute_dtype, render_cast, render_compute, tl_type
+from .rules import FLOATS, compute_dtype, render_cast, render_compute, tl_type
 
 INDENT = "    "
 
@@ -400,6 +400,13 @@ class _Writer:
                 self.emit(f"{acc} = tl.where(rmask, {new_v}, {acc})")
                 self.emit(f"{idx} = tl.where(rmask, {new_i}, {idx})")
                 finals.append((st, red.final(op, acc_dtype, acc, idx)))
+            elif op == "sum" and acc_dtype in FLOATS:
+                # each lane adds rnumel / RBLOCK values in a row (5e4 at 1e8 elements): compensated
+                # (Kahan) so the lane's error does not grow with that count; see reductions.kahan_step
+                inits.append(f"{acc}_c = tl.full({shape}, 0, {tl_acc})")
+                for line in red.kahan_step(acc, f"{acc}_c", code, "rmask", self.new_name):
+                    self.emit(line)
+                finals.append((st, red.final(op, acc_dtype, f"({acc} - {acc}_c)")))
             else:
                 self.emit(f"{acc} = tl.where(rmask, {red.combine(op, acc_dtype, acc, code)}, {acc})")
                 finals.append((st, red.final(op, acc_dtype, acc)))
