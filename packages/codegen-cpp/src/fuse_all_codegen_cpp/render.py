@@ -36,9 +36,10 @@ MAX_TILE = 1024                # columns per tile in tiled reductions (fewer whe
 PARALLEL_MIN_WORK = 32768      # below this many element-steps a kernel runs on the calling thread
 SPLIT_MIN_REDUCTION = 8192     # a reduction this long is worth splitting over threads ...
 DEFAULT_SIZE_HINT = 8192       # ... (symbols without a hint are assumed this large)
-# Float sums accumulate per block of this many elements (each vector lane about SUM_BLOCK / 16 of them in a
-# row), then the block sums pairwise: the error of a 1e8-element sum stays near eager's cascade sum.
-SUM_BLOCK = 4096
+# Float sums accumulate per block of this many elements (each vector lane SUM_BLOCK / 16 of them in a row
+# with AVX-512), then the block sums pairwise: a 1e8-element sum stays within eager's cascade-sum error.
+# Each block ends in a horizontal add of the lanes (~5 % of an in-cache 4096-element block, ~2.5 % here).
+SUM_BLOCK = 8192
 
 
 def split_max_outer() -> int:
