@@ -65,7 +65,7 @@ static inline int64_t fa_tile_width(int64_t width, int64_t rows, int64_t max_til
 
 // ---- float sums: blocks of SUM_BLOCK (render.py) elements, vector lanes inside, then combined pairwise --
 // One running accumulator over n elements has an error growing like n (5e-5 relative at 5M elements);
-// blocks of 8192 plus a pairwise tree over the blocks keep it near eager's cascade sum.
+// blocks of 16384 plus a pairwise tree over the blocks keep it near eager's cascade sum.
 // `level[k]` holds the sum of 2^k consecutive blocks when bit k of `n` is set (a binary counter).
 template <class T> struct fa_cascade {
   T level[64];
