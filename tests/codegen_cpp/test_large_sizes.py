@@ -27,7 +27,7 @@ def threads():
 
 def compiled_sum(x):
     torch._dynamo.reset()
-    return torch.compile(lambda t: t.sum(), backend="fuse_all")(x)
+    return torch.compile(lambda t: t.sum(), backend="fuse_all", options={"fallback": False})(x)
 
 
 def test_issue_reproducer_128_threads_4096_squared(threads):

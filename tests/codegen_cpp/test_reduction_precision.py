@@ -35,7 +35,7 @@ def check(name, n, rel_floor):
     fn = PROGRAMS[name]
     x = torch.randn(n)
     torch._dynamo.reset()
-    fa = torch.compile(fn, backend="fuse_all")(x)
+    fa = torch.compile(fn, backend="fuse_all", options={"fallback": False})(x)
     assert_error_within_eager_bound(fa, fn(x), fn(x.double()), rel_floor)
 
 
@@ -61,3 +61,28 @@ def test_split_reduction_many_threads_combines_partials_pairwise():
     finally:
         torch.set_num_threads(before)
 
+
+
+def test_dynamic_size_sum(tmp_path):
+    """A symbolic reduction length: the block step is computed at run time. (1-D: views with symbolic
+    FloorDiv sizes hit issue 9 item 7, the index printer, which another change fixes.)"""
+    torch.manual_seed(0)
+    fn = PROGRAMS["affine_sum"]
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="fuse_all", dynamic=True, options={"fallback": False})
+    for n in (4_000_003, 10_000_001):
+        x = torch.randn(n)
+        assert_error_within_eager_bound(compiled(x), fn(x), fn(x.double()), rel_floor=1e-6)
+
+
+def test_symbolic_reduction_without_a_hint_is_blocked():
+    import sympy
+
+    import kernel_examples as ke
+    from fuse_all_codegen_cpp import render_kernel
+    from fuse_all_ir import Kernel, Load, Loop, Reduce, Store, rvar
+    kernel = Kernel("kernel_0", (), (ke.s0,), [
+        Loop(True, [Load("a", "arg0", rvar(0), "float32"), Reduce("s", "sum", "a", "float32")]),
+        Loop(False, [Store("buf0", sympy.Integer(0), "s")])], ("arg0",), ("buf0",), (ke.s0,))
+    assert "fa_cascade<float> fa_cs_v_s;" in render_kernel(kernel)               # may be long: blocked
+    assert "fa_step" not in render_kernel(kernel, None, {ke.s0: 100})            # hinted short: plain lanes

@@ -281,10 +281,11 @@ class KernelRenderer:
     def block_dim(self, block: int = SUM_BLOCK) -> int | None:
         """The reduction dim cut into blocks: the innermost one whose loop nest covers `block` elements
         (its inner dims together are shorter; a block takes several of its steps). None when the whole
-        reduction is shorter than a block (by the size hints)."""
+        reduction is shorter than a block (by the size hints; a size without a hint may be long)."""
         dims = self.k.reduction
+        hints = {**{s: block for d in dims for s in sympy.sympify(d).free_symbols}, **self.size_hints}
         for i in reversed(range(len(dims))):
-            if _hint(_numel(dims[i:]), self.size_hints) >= block:
+            if _hint(_numel(dims[i:]), hints) >= block:
                 return i
         return None
 
