@@ -95,6 +95,21 @@ def test_damaged_host_program_is_rebuilt(cache, damage):
     assert path.read_text() == PROGRAM
 
 
+@pytest.mark.parametrize("damage", ["truncated", "flipped byte", "empty", "valid checksum, other code"])
+def test_damaged_host_bytecode_is_recompiled(cache, damage):
+    import hashlib
+    import marshal
+    ir.load_host_program(PROGRAM)
+    (blob,) = _host_file(cache, PROGRAM).parent.glob("*.bin")
+    data = blob.read_bytes()
+    other = marshal.dumps(compile(PROGRAM.replace("a * b", "a - b"), "x", "exec"))
+    blob.write_bytes({"truncated": data[: len(data) // 2], "flipped byte": data[:40] + bytes([data[40] ^ 1]) + data[41:],
+                      "empty": b"", "valid checksum, other code": hashlib.sha256(other).digest() + other}[damage])
+    blob.chmod(0o600 if damage != "valid checksum, other code" else 0o666)   # the last: "planted" by others
+    assert ir.load_host_program(PROGRAM).call([2, 3]) == (5, 6)
+    assert blob.read_bytes() == data
+
+
 def test_host_program_is_not_written_through_a_symlink(cache, tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
