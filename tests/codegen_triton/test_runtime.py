@@ -153,7 +153,10 @@ def test_wait_compiled_and_public_api(tmp_path):
     example = ke.two_kernels("cpu")
     module = load_host_program(render_host_program(example.program, fa.TritonTarget()), str(tmp_path))
     fa.wait_compiled(module)                                   # nothing to wait for in the interpreter
-    assert set(fa.__all__) == {"__version__", "TritonTarget", "TritonKernel", "wait_compiled"}
+    assert set(fa.__all__) == {"__version__", "TritonTarget", "TritonKernel", "wait_compiled", "unsupported_device"}
+    assert fa.unsupported_device("cuda:0") is None
+    from fuse_all_codegen_triton import _triton_compat
+    assert (fa.unsupported_device("cpu") is None) == _triton_compat.interpret_mode()
 
 
 def test_autotune_choice_is_benchmarked_and_remembered(_private_cache, monkeypatch):

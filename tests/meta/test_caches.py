@@ -46,6 +46,31 @@ def test_every_cache_lives_under_the_root_and_is_private(cache):
         assert folder.stat().st_mode & 0o777 == 0o700, folder
 
 
+def test_a_named_root_is_checked_but_not_chmodded_a_default_one_is(tmp_path, monkeypatch):
+    named = tmp_path / "mine"
+    named.mkdir(mode=0o755)
+    named.chmod(0o755)
+    monkeypatch.setenv("FUSE_ALL_CACHE_DIR", str(named))
+    assert ir.private_dir("cpp") == named / "cpp"
+    assert named.stat().st_mode & 0o777 == 0o755 and (named / "cpp").stat().st_mode & 0o777 == 0o700
+    monkeypatch.delenv("FUSE_ALL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    (tmp_path / "xdg" / "fuse-all").mkdir(mode=0o755, parents=True)
+    (tmp_path / "xdg" / "fuse-all").chmod(0o755)
+    assert ir.private_dir("host") == tmp_path / "xdg" / "fuse-all" / "host"
+    assert (tmp_path / "xdg" / "fuse-all").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_world_writable_root_is_refused(tmp_path, monkeypatch, caplog):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)                              # like /tmp
+    monkeypatch.setenv("FUSE_ALL_CACHE_DIR", str(shared))
+    used = ir.private_dir("cpp")
+    assert not used.is_relative_to(shared) and used.stat().st_mode & 0o777 == 0o700
+    assert "writable by group/others" in caplog.text
+
+
 PROGRAM = "def call(args):\n    a, b = args\n    return (a + b, a * b)\n"
 MARKER_CODE = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n" + PROGRAM
 

@@ -115,7 +115,10 @@ def private_dir(*names: str) -> Path:
     root = cache_root()
     target = root.joinpath(*names)
     try:
-        make_private(target, below=root)
+        # A root the user named may be a folder of theirs with other uses: checked, but not chmod-ed.
+        make_private(root, tighten=not os.environ.get(CACHE_DIR_VARIABLE))
+        if names:
+            make_private(target, below=root / names[0])
     except OSError as error:   # UnsafeDirectory included
         _warn_once(str(root), f"fuse-all: not using the cache folder {target} ({error}); this process uses "
                               f"a private temporary folder instead (chmod 700 it, or set ${CACHE_DIR_VARIABLE})")
