@@ -223,6 +223,7 @@ def load_host_program(source: str, directory: str | None = None):
     folder = cache_dirs.make_private(Path(directory) / digest, below=directory)
     path = folder / "output_code.py"
     if cache_dirs.read_regular_file(path) != data:
+        cache_dirs.sweep_stale_temps(folder)      # what a writer killed mid-write left here
         cache_dirs.atomic_write(path, data)
     code = _host_code(source, path)
     spec = importlib.util.spec_from_file_location(f"fuse_all_output_{digest}", path)
