@@ -128,8 +128,10 @@ def test_damaged_host_bytecode_is_recompiled(cache, damage):
     (blob,) = _host_file(cache, PROGRAM).parent.glob("*.bin")
     data = blob.read_bytes()
     other = marshal.dumps(compile(PROGRAM.replace("a * b", "a - b"), "x", "exec"))
-    blob.write_bytes({"truncated": data[: len(data) // 2], "flipped byte": data[:40] + bytes([data[40] ^ 1]) + data[41:],
-                      "empty": b"", "valid checksum, other code": hashlib.sha256(other).digest() + other}[damage])
+    blob.write_bytes({"truncated": data[: len(data) // 2],
+                      "flipped byte": data[:40] + bytes([data[40] ^ 1]) + data[41:],
+                      "empty": b"",
+                      "valid checksum, other code": hashlib.sha256(other).digest() + other}[damage])
     blob.chmod(0o600 if damage != "valid checksum, other code" else 0o666)   # the last: "planted" by others
     assert ir.load_host_program(PROGRAM).call([2, 3]) == (5, 6)
     assert blob.read_bytes() == data

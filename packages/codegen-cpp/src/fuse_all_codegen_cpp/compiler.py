@@ -155,9 +155,10 @@ _LOCK = threading.Lock()                      # guards the two dicts
 def _try_load(so: Path, checksum: Path, key: str) -> CppLibrary | None:
     """The cached library, or None when the entry is missing, is not a regular file of this user, fails
     its checksum or cannot be loaded."""
-    expected = read_regular_file(checksum)
-    data = read_regular_file(so)
-    if expected is None or data is None or hashlib.sha256(data).hexdigest() != expected.decode(errors="replace").strip():
+    expected, data = read_regular_file(checksum), read_regular_file(so)
+    if expected is None or data is None:
+        return None
+    if hashlib.sha256(data).hexdigest() != expected.decode(errors="replace").strip():
         return None
     try:
         return CppLibrary(ctypes.CDLL(str(so)), so, key)
