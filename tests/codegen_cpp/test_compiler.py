@@ -17,7 +17,7 @@ from fuse_all_codegen_cpp.compiler import compile_library
 
 SOURCE = render_translation_unit(ke.cos_sin("cpu").program)
 
-# Load SOURCE in a new process (no torch: it starts in a fraction of a second), run the kernel on 1000
+# Load SOURCE in a new process (it imports torch through fuse_all_ir, a few seconds), run the kernel on 1000
 # floats, check it against math.sin(math.cos(x)) and print how many times it compiled (0: a cache hit).
 CHILD = """
 import ctypes, math, sys
