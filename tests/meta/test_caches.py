@@ -105,6 +105,22 @@ def test_planted_host_program_with_the_right_name_is_replaced_not_run(cache, tmp
     assert planted.read_text() == PROGRAM
 
 
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to give files to another user")
+def test_host_folder_or_file_owned_by_another_user_is_not_trusted(cache, tmp_path, caplog):
+    ir.load_host_program(PROGRAM)
+    marker = tmp_path / "pwned"
+    planted = _host_file(cache, PROGRAM)
+    planted.write_text(MARKER_CODE.format(marker=str(marker)))
+    os.chown(planted, 12345, 12345)                        # a file of someone else's in our folder: rewritten
+    assert ir.load_host_program(PROGRAM).call([2, 3]) == (5, 6) and not marker.exists()
+    assert planted.read_text() == PROGRAM and planted.stat().st_uid == os.getuid()
+    planted.write_text(MARKER_CODE.format(marker=str(marker)))
+    os.chown(cache / "host", 12345, 12345)                 # the folder itself: refused
+    module = ir.load_host_program(PROGRAM)
+    assert module.call([2, 3]) == (5, 6) and not marker.exists()
+    assert "owned by uid 12345" in caplog.text and not Path(module.__fuse_all_path__).is_relative_to(cache)
+
+
 @pytest.mark.parametrize("damage", ["truncated at a line", "truncated mid-line", "empty", "one byte flipped"])
 def test_damaged_host_program_is_rebuilt(cache, damage):
     """A crash mid-write (or a disk error) must not make every later run fail or fall back."""
