@@ -13,10 +13,11 @@ import math
 import os
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from fuse_all_ir import UnsafeDirectory, atomic_write, make_private, user_cache_dir
 
 from .__about__ import __version__
 
@@ -42,20 +43,15 @@ class RecordError(ValueError):
 
 
 def default_artifact_dir(env: Mapping[str, str] | None = None, platform: str | None = None) -> Path:
-    """`$FUSE_ALL_ARTIFACT_DIR`, else `<user cache dir>/fuse-all/artifacts` (the rule the server shares)."""
+    """`$FUSE_ALL_ARTIFACT_DIR`, else `<user cache dir>/fuse-all/artifacts` (the rule the server shares;
+    `fuse_all_lsp.records` has its own copy since the server imports neither torch nor the compiler).
+
+    Not under `$FUSE_ALL_CACHE_DIR`: the editor, started without that variable, must find the records."""
     env = os.environ if env is None else env
-    platform = sys.platform if platform is None else platform
     override = env.get(DIR_VARIABLE)
     if override:
         return Path(override)
-    home = Path.home()
-    if platform == "darwin":
-        cache = home / "Library" / "Caches"
-    elif platform == "win32":
-        cache = Path(env.get("LOCALAPPDATA") or home / "AppData" / "Local")
-    else:
-        cache = Path(env.get("XDG_CACHE_HOME") or home / ".cache")
-    return cache / "fuse-all" / "artifacts"
+    return user_cache_dir(env, platform) / "fuse-all" / "artifacts"
 
 
 # ---- building --------------------------------------------------------------------------------------
@@ -340,17 +336,18 @@ def write_record(record: dict[str, Any], directory: str | os.PathLike[str] | Non
         return None
     folder = Path(directory) if directory is not None else default_artifact_dir()
     target = folder / f"{graph_id}.json"
-    temporary = None
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        # A dot-name: the server lists only visible *.json files, so it never sees the temp file.
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{graph_id}.", suffix=".tmp")
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.replace(temporary, target)
+        # Private like the caches (0700, ours, not writable by others); the default one's parent is the
+        # user's fuse-all cache folder, checked too.
+        default = directory is None and not os.environ.get(DIR_VARIABLE)
+        make_private(folder, below=folder.parent if default else None, tighten=default)
+        # The temp name ends in .tmp: the server lists only *.json files, so it never sees it.
+        atomic_write(target, data)
+    except UnsafeDirectory as error:
+        log.warning("fuse-all: not writing artifact record %s: %s (chmod 700 it, or set $%s)", target, error,
+                    DIR_VARIABLE)
+        return None
     except OSError as error:
         log.warning("fuse-all: cannot write artifact record %s: %s", target, error)
-        if temporary is not None and os.path.exists(temporary):
-            os.unlink(temporary)
         return None
     return target

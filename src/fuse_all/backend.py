@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -17,7 +16,7 @@ import fuse_all_capture as capture
 import fuse_all_ir as ir
 
 from . import debug, provenance
-from .options import Options, parse
+from .options import OptionError, Options, parse
 
 log = logging.getLogger("fuse_all")
 
@@ -76,6 +75,8 @@ def compile_graph(graph, opts: Options, mode=None):
         folder.write("aten_graph.txt", capture.format_graph(graph))
     try:
         call = _compile(graph, opts, record, folder)
+    except OptionError:
+        raise          # the user's configuration, not this graph: falling back would hide it
     except Exception as exc:  # noqa: BLE001 - any failure becomes an ATen fallback, never a broken program
         if not opts.fallback:
             raise
@@ -101,19 +102,34 @@ def _compile(graph, opts: Options, record: CompiledGraph, folder):
     record.language = target.language
     record.externs = [s for s in program.steps if isinstance(s, ir.ExternCall)]
     record.report = program.report
+    _warn_lowered_ops_in_aten(graph.graph_id, record.externs)
     if folder:
         folder.write("ir_before_fusion.txt", ir.format_lowered(compiled.lowered))
         folder.write("ir_after_fusion.txt", ir.format_program(program))
         folder.write("fusion_report.txt", program.report.to_text())
         for name, text in record.kernel_sources.items():
             folder.write(f"kernels/{name}.{'cpp' if target.language == 'cpp' else 'py'}", text)
-    module = ir.load_host_program(source, _cache_dir("host"))
+    module = ir.load_host_program(source)   # the private cache folder `host`
     record.output_code = module.__fuse_all_path__
     if folder:
         folder.write("output_code.py", source)
     call = module.call
     call._boxed_call = True
     return call
+
+
+def _warn_lowered_ops_in_aten(graph_id: str, externs) -> None:
+    """One line per graph when ops that fuse-all fuses elsewhere run as ATen calls here (an unsupported
+    dtype such as complex, a case their lowering refuses). Ops without a lowering (matmul, convolution, ...)
+    run in ATen by design and are only listed in the fusion report."""
+    lowered = set(ir.lowered_ops())
+    degraded = [e for e in externs if e.target in lowered]
+    if not degraded:
+        return
+    shown = [f"{e.target} ({e.reason})" for e in degraded[:3]]
+    more = f" and {len(degraded) - 3} more" if len(degraded) > 3 else ""
+    log.warning("fuse_all: graph %s: %d op%s run as ATen calls instead of fused kernels: %s%s", graph_id,
+                len(degraded), "" if len(degraded) == 1 else "s", ", ".join(shown), more)
 
 
 def _debug_folder(graph, opts: Options):
@@ -126,12 +142,17 @@ def _target_for(device: str, opts: Options):
         language = "cpp" if device.startswith("cpu") else "triton"
     if language == "cpp":
         if not device.startswith("cpu"):
-            raise ir.UnsupportedDtype(f"the C++ codegen runs on CPU tensors only, not {device}")
+            raise OptionError(f"fuse_all: codegen='cpp' runs on CPU tensors only; this graph runs on {device} "
+                              f"(use codegen='auto' or 'triton')")
         import fuse_all_codegen_cpp
         return fuse_all_codegen_cpp.CppTarget()
     if device.startswith("xpu") and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
         raise RuntimeError("xpu tensors but torch.xpu is not available")
     import fuse_all_codegen_triton
+    problem = fuse_all_codegen_triton.unsupported_device(device)
+    if problem:
+        raise OptionError(f"fuse_all: codegen='triton' cannot run this graph on {device}: {problem}; "
+                          f"use codegen='auto' or 'cpp'")
     return fuse_all_codegen_triton.TritonTarget(autotune=opts.autotune)
 
 
@@ -163,10 +184,3 @@ def _maybe_cudagraphs(call, graph, opts: Options, record: CompiledGraph):
                            mutated_input_indices=graph.mutated_input_indices, pool=pool, name=graph.graph_id,
                            on_fallback=lambda reason: decisions.append(str(reason)), check_input_metadata=False)
 
-
-def _cache_dir(kind: str) -> str:
-    root = os.environ.get("FUSE_ALL_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fuse-all")
-    path = os.path.join(root, kind)
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    return path

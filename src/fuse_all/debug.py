@@ -8,18 +8,24 @@
                       kernels/<name>.<ext>  each kernel's source
 
 <root> is `$FUSE_ALL_DEBUG_DIR`, else `./fuse_all_debug/run_<timestamp>_<pid>`; its path is printed once
-per process on stderr. Debug output is best effort: a folder that cannot be written logs a warning and
-the compile goes on.
+per process on stderr. Folders are created 0700 and files written through O_EXCL temporary files and a
+rename (never through a symlink); a root that another user owns or may write to (or, for the default one,
+a run folder someone created before us) is refused with a warning and a fresh private folder
+(`tempfile.mkdtemp`) is used instead. Debug output is best effort: a folder that cannot be written logs a
+warning and the compile goes on.
 """
 from __future__ import annotations
 
 import logging
 import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path, PurePosixPath
 from typing import Mapping
+
+from fuse_all_ir import UnsafeDirectory, atomic_write, check_private
 
 log = logging.getLogger("fuse_all")
 
@@ -39,6 +45,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _lock = threading.Lock()
 _default_root: Path | None = None
 _announced: set[Path] = set()
+_prepared: dict[Path, Path] = {}   # root asked for -> root used (itself, or a private replacement)
 
 
 def debug_enabled(env: Mapping[str, str] | None = None) -> bool:
@@ -75,11 +82,12 @@ class DebugDir:
             return None
         if not graph_id or any(c in graph_id for c in "/\\") or graph_id in (".", ".."):
             raise ValueError(f"not a graph id: {graph_id!r}")
-        root = debug_root()
         try:
-            (root / graph_id / KERNELS).mkdir(parents=True, exist_ok=True)
+            root = _prepared_root(debug_root())
+            for folder in (root / graph_id, root / graph_id / KERNELS):
+                _private_subfolder(folder)
         except OSError as error:
-            log.warning("fuse-all: cannot create the debug folder %s: %s", root / graph_id, error)
+            log.warning("fuse-all: cannot create the debug folder %s: %s", debug_root() / graph_id, error)
             return None
         _announce(root)
         return cls(root / graph_id)
@@ -89,8 +97,9 @@ class DebugDir:
         None when writing failed (logged)."""
         target = self.path / _relative(name)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+            for folder in reversed([p for p in target.parents if self.path in p.parents or p == self.path]):
+                _private_subfolder(folder)
+            atomic_write(target, text.encode("utf-8"))
         except OSError as error:
             log.warning("fuse-all: cannot write debug file %s: %s", target, error)
             return None
@@ -99,6 +108,39 @@ class DebugDir:
     def write_kernel(self, name: str, source: str, language: str) -> Path | None:
         """kernels/<name>.cpp for C++ kernels, kernels/<name>.py for Triton ones."""
         return self.write(f"{KERNELS}/{name}{_KERNEL_SUFFIX.get(language, '.txt')}", source)
+
+
+def _prepared_root(root: Path) -> Path:
+    """`root`, created and checked; a refused one is replaced by a private folder (once per process)."""
+    with _lock:
+        if root in _prepared:
+            return _prepared[root]
+    try:
+        if root == _default_root:     # ./fuse_all_debug/run_<stamp>_<pid>: its name is predictable
+            root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            check_private(root.parent, tighten=False)
+            try:
+                os.mkdir(root, 0o700)
+            except FileExistsError:
+                raise UnsafeDirectory(f"{root} existed before this process created it") from None
+        else:
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            check_private(root, tighten=False)
+            return root               # checked again next time: the user may remove or change it
+    except UnsafeDirectory as why:
+        used = Path(tempfile.mkdtemp(prefix="fuse_all_debug_"))
+        log.warning("fuse-all: not writing debug output under %s (%s); using %s", root, why, used)
+    else:
+        used = root
+    with _lock:
+        return _prepared.setdefault(root, used)
+
+
+def _private_subfolder(folder: Path) -> None:
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        check_private(folder, tighten=False, follow_symlinks=False)
 
 
 def _relative(name: str) -> PurePosixPath:

@@ -1,6 +1,7 @@
 """`torch.compile(..., backend="fuse_all", mode=..., options=...)`: what is accepted, checked up front."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -30,6 +31,9 @@ def parse(mode=None, options=None) -> Options:
     if mode == "reduce-overhead" or mode == "max-autotune":
         values["cudagraphs"] = True
     valid = {f.name: f for f in fields(Options)}
+    if options is not None and not isinstance(options, Mapping):
+        raise OptionError(f"fuse_all: options must be a dict such as {{'codegen': 'cpp'}}, got "
+                          f"{type(options).__name__} {options!r}; valid options: {', '.join(sorted(valid))}")
     for key, value in dict(options or {}).items():
         if key not in valid:
             raise OptionError(f"fuse_all: unknown option {key!r}; valid options: {', '.join(sorted(valid))}")

@@ -11,12 +11,13 @@ import pytest
 
 import kernel_examples as ke
 from fuse_all_codegen_cpp import (
-    CppCompileError, CppCompilerNotFound, UnsafeCacheDir, cache_dir, load_library, render_translation_unit,
+    CppCompileError, CppCompilerNotFound, cache_dir, load_library, render_translation_unit,
 )
+from fuse_all_codegen_cpp.compiler import compile_library
 
 SOURCE = render_translation_unit(ke.cos_sin("cpu").program)
 
-# Load SOURCE in a new process (no torch: it starts in a fraction of a second), run the kernel on 1000
+# Load SOURCE in a new process (it imports torch through fuse_all_ir, a few seconds), run the kernel on 1000
 # floats, check it against math.sin(math.cos(x)) and print how many times it compiled (0: a cache hit).
 CHILD = """
 import ctypes, math, sys
@@ -89,19 +90,132 @@ def test_concurrent_processes_compiling_the_same_source(fresh_cache):
     assert not [p for p in fresh_cache.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_cache_dir_writable_by_others_is_refused(fresh_cache):
-    cache_dir()
+def child_run(source=SOURCE, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CHILD], input=source, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def plant_wrong_library(directory):
+    """Replace SOURCE's cached library by one computing cos(cos(x)), with a matching checksum: what an
+    attacker who can write to the folder would leave there."""
+    import hashlib
+    so, checksum = entry(directory, ".so"), entry(directory, ".sha256")
+    planted = directory.parent / "planted"
+    planted.mkdir(mode=0o700)
+    compile_library(SOURCE.replace("sinf(v_b)", "cosf(v_b)"), planted / "evil.so")
+    data = (planted / "evil.so").read_bytes()
+    so.write_bytes(data)
+    checksum.write_text(hashlib.sha256(data).hexdigest())
+    return so, checksum
+
+
+def test_cache_dir_writable_by_others_is_refused_and_nothing_is_loaded_from_it(fresh_cache):
+    assert child() == 1
+    plant_wrong_library(fresh_cache)
     fresh_cache.chmod(0o777)
-    with pytest.raises(UnsafeCacheDir, match="writable by group/others"):
-        cache_dir()
+    result = child_run()                 # the child checks sin(cos(x)): the planted cos(cos(x)) would fail
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) == 1       # compiled in a private folder of its own
+    assert "writable by group/others" in result.stderr and "private temporary folder" in result.stderr
+    assert fresh_cache.stat().st_mode & 0o777 == 0o777      # refused, not silently "fixed"
+
+
+def test_planted_library_file_writable_by_others_is_rebuilt(fresh_cache):
+    assert child() == 1
+    so, checksum = plant_wrong_library(fresh_cache)
+    so.chmod(0o666)
+    assert child() == 1                  # not loaded: rebuilt (and the child checked the results)
+    assert child() == 0
+
+
+def test_cache_dir_readable_by_others_is_tightened(fresh_cache):
+    cache_dir()
+    fresh_cache.chmod(0o755)
+    assert cache_dir() == fresh_cache
+    assert fresh_cache.stat().st_mode & 0o777 == 0o700
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to give the directory to another user")
-def test_cache_dir_owned_by_someone_else_is_refused(fresh_cache):
+def test_cache_dir_owned_by_someone_else_is_refused(fresh_cache, caplog):
     cache_dir()
     os.chown(fresh_cache, 12345, 12345)
-    with pytest.raises(UnsafeCacheDir, match="owned by uid 12345"):
-        cache_dir()
+    assert cache_dir() != fresh_cache
+    assert "owned by uid 12345" in caplog.text
+
+
+def test_cache_follows_the_one_cache_root(tmp_path, monkeypatch):
+    """No FUSE_ALL_CACHE_DIR: the C++ cache goes where host programs go, under $XDG_CACHE_HOME/fuse-all."""
+    import fuse_all_ir
+    monkeypatch.delenv("FUSE_ALL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "fuse-all" / "cpp" == fuse_all_ir.cache_root() / "cpp"
+    assert (tmp_path / "xdg" / "fuse-all").stat().st_mode & 0o777 == 0o700
+
+
+def _key(source=SOURCE):
+    from fuse_all_codegen_cpp.compiler import cache_key, compile_flags, find_compiler
+    return cache_key(source, find_compiler(), compile_flags())
+
+
+# Holds the per-key lock the way load_library does (flock, pid in the file), then stops or sleeps.
+HOLDER = """
+import fcntl, os, signal, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0); os.pwrite(fd, f"{os.getpid()}\\n".encode(), 0)
+print("locked", flush=True)
+if sys.argv[2] == "stop":
+    os.kill(os.getpid(), signal.SIGSTOP)
+time.sleep(600)
+"""
+
+
+def _hold_lock(lock_path, how):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock_path), how], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    if how == "stop":
+        for _ in range(200):
+            with open(f"/proc/{holder.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    break
+            time.sleep(0.01)
+    return holder
+
+
+@pytest.mark.parametrize("how, message", [("stop", "is stopped"), ("sleep", "waited")])
+def test_a_stopped_or_stuck_lock_holder_does_not_block_forever(fresh_cache, caplog, how, message):
+    source = SOURCE + f"// lock test {how}\n"
+    cache_dir()
+    holder = _hold_lock(fresh_cache / f"{_key(source)}.lock", how)
+    try:
+        start = time.perf_counter()
+        lib = load_library(source, lock_timeout_s=1.0)
+        waited = time.perf_counter() - start
+    finally:
+        holder.kill()
+        holder.wait()
+    assert lib.path.exists()
+    assert message in caplog.text and f"pid {holder.pid}" in caplog.text
+    assert waited < 30
+    if how == "stop":
+        assert "waited" not in caplog.text       # a stopped holder is not waited for at all
+
+
+def test_temp_files_of_killed_compiles_are_swept(fresh_cache):
+    """kill -9 in the middle of a compile leaves `<key>.so.<pid>.XXXX.tmp`; the next process removes it."""
+    cache_dir()
+    key = _key()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    leftover = fresh_cache / f"{key}.so.{dead}.abcd1234.tmp"
+    leftover.write_bytes(b"half a library")
+    alive = fresh_cache / f"{key}.so.{os.getpid()}.efgh5678.tmp"      # a live writer's: kept
+    alive.write_bytes(b"being written")
+    ancient = fresh_cache / f"{key}.so.zzzz.tmp"                        # old naming, old file: removed
+    ancient.write_bytes(b"x")
+    os.utime(ancient, (time.time() - 7200, time.time() - 7200))
+    assert child() == 1
+    assert not leftover.exists() and not ancient.exists() and alive.exists()
 
 
 def test_missing_compiler(monkeypatch, tmp_path):
@@ -117,9 +231,25 @@ def test_missing_compiler(monkeypatch, tmp_path):
 def test_compile_error_carries_the_compiler_output(fresh_cache):
     with pytest.raises(CppCompileError, match="C\\+\\+ compile failed") as info:
         load_library('extern "C" void broken() { this is not C++; }\n')
-    assert "error" in str(info.value)
-    assert len(str(info.value).splitlines()) <= 21
+    first, *rest = str(info.value).splitlines()
+    assert ".cpp:1:" in first and "error:" in first      # the compiler's first error, on the first line
+    assert rest[0].startswith("command: ") and len(rest) <= 21
     assert not [p for p in fresh_cache.iterdir() if p.name.endswith((".so", ".tmp"))]
+
+
+def test_failed_compile_warning_shows_the_compiler_error(fresh_cache, monkeypatch, caplog):
+    """The one-line fallback warning a user sees names the compiler's error, not only its command."""
+    import torch
+    import fuse_all
+    monkeypatch.setenv("FUSE_ALL_CXXFLAGS", "-include /no/such/header_fa.h")
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: torch.sin(x) + 1, backend="fuse_all")
+    x = torch.randn(8)
+    torch.testing.assert_close(fn(x), torch.sin(x) + 1)
+    record = fuse_all.compiled_graphs()[-1]
+    assert "header_fa.h" in record.fallback_reason and "error" in record.fallback_reason
+    assert "runs in ATen" in caplog.text and "header_fa.h: No such file" in caplog.text
+    torch._dynamo.reset()
 
 
 def test_twenty_kernel_translation_unit_compiles_quickly(fresh_cache):

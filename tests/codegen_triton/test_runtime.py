@@ -153,7 +153,10 @@ def test_wait_compiled_and_public_api(tmp_path):
     example = ke.two_kernels("cpu")
     module = load_host_program(render_host_program(example.program, fa.TritonTarget()), str(tmp_path))
     fa.wait_compiled(module)                                   # nothing to wait for in the interpreter
-    assert set(fa.__all__) == {"__version__", "TritonTarget", "TritonKernel", "wait_compiled"}
+    assert set(fa.__all__) == {"__version__", "TritonTarget", "TritonKernel", "wait_compiled", "unsupported_device"}
+    assert fa.unsupported_device("cuda:0") is None
+    from fuse_all_codegen_triton import _triton_compat
+    assert (fa.unsupported_device("cpu") is None) == _triton_compat.interpret_mode()
 
 
 def test_autotune_choice_is_benchmarked_and_remembered(_private_cache, monkeypatch):
@@ -184,3 +187,21 @@ def test_autotune_choice_is_benchmarked_and_remembered(_private_cache, monkeypat
     assert autotune.load_choice(kernel._tuning_key([4096])) == configs[1]
     monkeypatch.setattr(autotune, "benchmark", lambda *a: pytest.fail("the stored choice is reused"))
     assert kernel._choose_config(args) == 1
+
+
+def test_triton_kernel_cache_others_may_write_is_not_used(tmp_path, monkeypatch, caplog):
+    """Triton loads compiled kernels from its cache folder: one others may write is swapped for a private
+    folder under fuse-all's cache root before anything compiles."""
+    from triton import knobs
+    from fuse_all_codegen_triton import _triton_compat as compat
+    monkeypatch.setenv("FUSE_ALL_CACHE_DIR", str(tmp_path / "fa"))
+    shared = tmp_path / "shared-triton-cache"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setattr(knobs.cache, "dir", str(shared))
+    used = compat.secure_cache_dir()
+    assert used == knobs.cache.dir == str(tmp_path / "fa" / "triton" / "kernels")
+    assert "not letting Triton load kernels from" in caplog.text
+    shared.chmod(0o700)
+    monkeypatch.setattr(knobs.cache, "dir", str(shared))
+    assert compat.secure_cache_dir() == str(shared) == knobs.cache.dir     # a private one is kept

@@ -3,25 +3,33 @@
 Cache entries live in a private directory (`cache_dir()`): ``<key>.cpp`` (the source, for reading),
 ``<key>.so`` and ``<key>.sha256`` (the library's checksum). The key hashes the source, the flags, the
 compiler binary's identity and the CPU (``-march=native`` code must not be loaded on another CPU). Every
-file is written to a temporary name and renamed, so readers never see half a file; a per-key lock keeps
-concurrent processes from compiling the same source twice; an entry whose checksum does not match or
-that the dynamic loader rejects is rebuilt, never loaded.
+file is written to an O_EXCL temporary name and renamed, so readers never see half a file (leftovers of
+killed processes are swept, `fuse_all_ir.sweep_stale_temps`); a per-key lock keeps concurrent processes
+from compiling the same source twice, and a waiter gives up on a stopped or stuck holder; an entry that is
+not a regular file of this user, whose checksum does not match or that the dynamic loader rejects is
+rebuilt, never loaded.
 """
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import functools
+import logging
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
+from fuse_all_ir import (
+    LockWaitAbandoned, UnsafeDirectory, atomic_write, exclusive_lock, private_dir, read_regular_file, temp_file,
+)
+
 from . import rules
+
+log = logging.getLogger("fuse_all")
 
 # -O2, not -O3: every hot loop carries `omp simd`, which GCC vectorises at -O2 too; -O3 doubled the compile
 # time of a 20-kernel TU (full unrolling of constant-trip loops) for no measured speed-up (README).
@@ -39,8 +47,7 @@ class CppCompileError(RuntimeError):
     """The compiler rejected a generated translation unit."""
 
 
-class UnsafeCacheDir(PermissionError):
-    """The cache directory is owned by another user or writable by others: loading code from it is unsafe."""
+UnsafeCacheDir = UnsafeDirectory   # the folder check lives with the other caches' (fuse_all_ir.cache_dirs)
 
 
 # ---- compiler and flags -----------------------------------------------------------------------------------
@@ -99,32 +106,14 @@ def cache_key(source: str, compiler: list[str], flags: list[str]) -> str:
 # ---- the cache directory ----------------------------------------------------------------------------------
 
 def cache_dir() -> Path:
-    """`$FUSE_ALL_CACHE_DIR/cpp` or `~/.cache/fuse-all/cpp`, created 0700; refused when another user owns it
-    or others may write to it (they could plant a library that we would load)."""
-    base = os.environ.get("FUSE_ALL_CACHE_DIR")
-    root = Path(base) if base else Path.home() / ".cache" / "fuse-all"
-    path = root / "cpp"
-    if not path.is_dir():
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path.mkdir(mode=0o700, exist_ok=True)
-    st = path.stat()
-    if st.st_uid != os.getuid():
-        raise UnsafeCacheDir(f"refusing C++ cache dir {path}: owned by uid {st.st_uid}, not {os.getuid()}")
-    if st.st_mode & 0o022:
-        raise UnsafeCacheDir(f"refusing C++ cache dir {path}: writable by group/others "
-                             f"(mode {st.st_mode & 0o777:o}); chmod 700 it or set $FUSE_ALL_CACHE_DIR")
-    return path
+    """`<cache root>/cpp` (`fuse_all_ir.cache_root`), private: created 0700, refused with a warning (and
+    replaced by a private folder of this process) when another user owns it or others may write to it,
+    since they could plant a library that we would load."""
+    return private_dir("cpp")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink(tmp)
-        raise
+    atomic_write(path, data)
 
 
 def _unlink(path) -> None:
@@ -164,18 +153,25 @@ _LOCK = threading.Lock()                      # guards the two dicts
 
 
 def _try_load(so: Path, checksum: Path, key: str) -> CppLibrary | None:
-    """The cached library, or None when the entry is missing, fails its checksum or cannot be loaded."""
+    """The cached library, or None when the entry is missing, is not a regular file of this user, fails
+    its checksum or cannot be loaded."""
+    expected, data = read_regular_file(checksum), read_regular_file(so)
+    if expected is None or data is None:
+        return None
+    if hashlib.sha256(data).hexdigest() != expected.decode(errors="replace").strip():
+        return None
     try:
-        expected = checksum.read_text().strip()
-        if _sha256_file(so) != expected:
-            return None
         return CppLibrary(ctypes.CDLL(str(so)), so, key)
     except OSError:
         return None
 
 
-def load_library(source: str) -> CppLibrary:
-    """Compile `source` (or take it from the cache) and load it into this process."""
+def load_library(source: str, lock_timeout_s: float | None = None) -> CppLibrary:
+    """Compile `source` (or take it from the cache) and load it into this process.
+
+    Processes compiling the same source take turns through a per-key lock, so it compiles once. A waiter
+    gives up on a holder that is stopped (Ctrl-Z) or that holds the lock past `lock_timeout_s` (default
+    `fuse_all_ir.cache_dirs.LOCK_TIMEOUT_S`): it says so and compiles the entry itself."""
     compiler = find_compiler()
     flags = compile_flags()
     key = cache_key(source, compiler, flags)
@@ -192,21 +188,26 @@ def load_library(source: str) -> CppLibrary:
         so, checksum = directory / f"{key}.so", directory / f"{key}.sha256"
         lib = _try_load(so, checksum, key)
         if lib is None:
-            with open(directory / f"{key}.lock", "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)     # another process may be compiling this very source
-                try:
-                    lib = _try_load(so, checksum, key)
+            try:
+                with exclusive_lock(directory / f"{key}.lock", lock_timeout_s, what=f"C++ library {key}"):
+                    lib = _try_load(so, checksum, key)     # another process may have just compiled it
                     if lib is None:
-                        compile_library(source, so, compiler, flags)
-                        _write_atomic(checksum, _sha256_file(so).encode())
-                        lib = _try_load(so, checksum, key)
-                        if lib is None:
-                            raise CppCompileError(f"compiled {so} but it does not load")
-                finally:
-                    fcntl.flock(lock, fcntl.LOCK_UN)
+                        lib = _build(source, so, checksum, key, compiler, flags)
+            except LockWaitAbandoned as why:
+                log.warning("fuse-all: %s; compiling it in this process", why)
+                lib = _build(source, so, checksum, key, compiler, flags)
         with _LOCK:
             _LOADED[key] = lib
         return lib
+
+
+def _build(source: str, so: Path, checksum: Path, key: str, compiler: list[str], flags: list[str]) -> CppLibrary:
+    compile_library(source, so, compiler, flags)
+    _write_atomic(checksum, _sha256_file(so).encode())
+    lib = _try_load(so, checksum, key)
+    if lib is None:
+        raise CppCompileError(f"compiled {so} but it does not load")
+    return lib
 
 
 def compile_library(source: str, so: Path, compiler: list[str] | None = None,
@@ -216,7 +217,7 @@ def compile_library(source: str, so: Path, compiler: list[str] | None = None,
     flags = compile_flags() if flags is None else flags
     src = so.with_suffix(".cpp")
     _write_atomic(src, source.encode())
-    fd, tmp = tempfile.mkstemp(dir=so.parent, prefix=so.name + ".", suffix=".tmp")
+    fd, tmp = temp_file(so.parent, so.name)
     os.close(fd)
     cmd = [*compiler, *flags, "-o", tmp, str(src), *link_flags()]
     try:
@@ -227,8 +228,27 @@ def compile_library(source: str, so: Path, compiler: list[str] | None = None,
         except subprocess.TimeoutExpired:
             raise CppCompileError(f"compiler timed out after {COMPILE_TIMEOUT_S} s: {shlex.join(cmd)}") from None
         if proc.returncode != 0:
-            head = "\n".join((proc.stderr or proc.stdout).splitlines()[:20])
-            raise CppCompileError(f"C++ compile failed ({shlex.join(cmd)}):\n{head}")
+            output = (proc.stderr or proc.stdout or "").splitlines()
+            head = "\n".join(output[:20])
+            raise CppCompileError(f"C++ compile failed: {first_error_line(output)}\n"
+                                  f"command: {shlex.join(cmd)}\n{head}")
         os.replace(tmp, so)
     finally:
         _unlink(tmp)
+
+
+def first_error_line(output: list[str]) -> str:
+    """The line a one-line warning should show: the compiler's first `file:line:col: error: ...`, else
+    the first line that mentions an error other than collect2's summary (a linker message), else the
+    first non-empty line."""
+    lines = [line.strip() for line in output if line.strip()]
+    for line in lines:
+        if _SOURCE_ERROR.search(line):
+            return line
+    for line in lines:
+        if "error" in line.lower() and not line.startswith("collect2"):
+            return line
+    return lines[0] if lines else "(no compiler output)"
+
+
+_SOURCE_ERROR = re.compile(r":\d+:(\d+:)? (fatal )?error:")

@@ -19,4 +19,14 @@ def wait_compiled(module) -> None:
             value.wait_compiled()
 
 
-__all__ = ["__version__", "TritonTarget", "TritonKernel", "wait_compiled"]
+def unsupported_device(device: str) -> str | None:
+    """Why kernels cannot run on `device` in this process, or None when they can: CPU tensors need
+    Triton's interpreter (`TRITON_INTERPRET=1` set before triton is imported)."""
+    from ._triton_compat import interpret_mode
+
+    if device.startswith("cpu") and not interpret_mode():
+        return "Triton runs CPU tensors only in its interpreter (set TRITON_INTERPRET=1 before importing triton)"
+    return None
+
+
+__all__ = ["__version__", "TritonTarget", "TritonKernel", "wait_compiled", "unsupported_device"]

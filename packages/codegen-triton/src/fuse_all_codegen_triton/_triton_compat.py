@@ -134,6 +134,31 @@ def cache_dir() -> str:
         return os.environ.get("TRITON_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".triton", "cache"))
 
 
+def secure_cache_dir() -> str:
+    """Triton loads compiled kernels from its cache folder: when that folder exists but another user owns
+    it or may write to it, point Triton at `<fuse-all cache root>/triton/kernels` instead, with a warning
+    (the rules of `fuse_all_ir.cache_dirs`). Returns the folder Triton uses."""
+    import logging
+
+    from fuse_all_ir import UnsafeDirectory, check_private, private_dir
+
+    path = cache_dir()
+    try:
+        if os.path.isdir(path):
+            check_private(path, tighten=False)
+        return path
+    except UnsafeDirectory as why:
+        replacement = str(private_dir("triton", "kernels"))
+        logging.getLogger("fuse_all").warning("fuse-all: not letting Triton load kernels from %s (%s); "
+                                              "using %s", path, why, replacement)
+    try:
+        from triton import knobs
+        knobs.cache.dir = replacement
+    except (ImportError, AttributeError):  # pragma: no cover - older layouts read the variable
+        os.environ["TRITON_CACHE_DIR"] = replacement
+    return replacement
+
+
 def warm_driver() -> None:
     """Initialise Triton's driver once on the calling thread: its lazy set-up is not thread-safe."""
     from triton.runtime import driver
@@ -152,4 +177,5 @@ def pointer_type(dtype: str) -> str:
 
 
 __all__ = ["tl", "libdevice", "interpret_mode", "compile_kernel", "load_compiled", "launch_hooks",
-           "stream_getter", "current_device_getter", "cache_dir", "warm_driver", "TRITON_VERSION"]
+           "stream_getter", "current_device_getter", "cache_dir", "secure_cache_dir", "warm_driver",
+           "TRITON_VERSION"]

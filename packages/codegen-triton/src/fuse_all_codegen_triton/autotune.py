@@ -1,8 +1,9 @@
 """Choosing a launch config on the first call: benchmark the candidates with the real arguments, and
 remember the winner on disk so the next process skips both the benchmark and the losers' compiles.
 
-Cache: ``$FUSE_ALL_CACHE_DIR/triton/autotune`` (default ``~/.cache/fuse-all/triton/autotune``), folders
-mode 0700, one small JSON file per key. The key is the kernel source hash + the candidate list + a size
+Cache: ``<cache root>/triton/autotune`` (`fuse_all_ir.cache_root`: ``$FUSE_ALL_CACHE_DIR`` or
+``~/.cache/fuse-all``), private folders (0700, owner checked), one small JSON file per key; a damaged
+entry is ignored and rewritten. The key is the kernel source hash + the candidate list + a size
 bucket (powers of two of xnumel/rnumel, so dynamic shapes share entries) + device name + Triton version.
 """
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+
+from fuse_all_ir import atomic_write, private_dir, read_regular_file
 
 from .indexing import next_power_of_2
 
@@ -19,13 +21,8 @@ MAX_REPS = 100
 
 
 def cache_root() -> str:
-    base = os.environ.get("FUSE_ALL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "fuse-all")
-    return os.path.join(base, "triton")
-
-
-def _ensure_dir(path: str) -> str:
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    return path
+    """`<cache root>/triton` (`fuse_all_ir.cache_root`), private (see `fuse_all_ir.private_dir`)."""
+    return str(private_dir("triton"))
 
 
 def size_bucket(xnumel: int, rnumel: int | None) -> str:
@@ -38,27 +35,28 @@ def cache_key(source_hash: str, configs: list, bucket: str, device_name: str, tr
 
 
 def load_choice(key: str) -> dict | None:
-    path = os.path.join(cache_root(), "autotune", key + ".json")
-    try:
-        with open(path) as f:
-            data = json.load(f)
-        return data["config"] if isinstance(data, dict) and isinstance(data.get("config"), dict) else None
-    except (OSError, ValueError, KeyError):
+    """The remembered config, or None when there is none or the entry is damaged (not JSON, not the
+    schema, not a regular file of this user): then the caller benchmarks again and overwrites it."""
+    data = read_regular_file(os.path.join(private_dir("triton", "autotune"), key + ".json"))
+    if data is None:
         return None
+    try:
+        entry = json.loads(data)
+    except ValueError:
+        return None
+    config = entry.get("config") if isinstance(entry, dict) else None
+    if not isinstance(config, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                               for k, v in config.items()):
+        return None
+    return config
 
 
 def store_choice(key: str, config: dict, timings_ms: list | None = None) -> None:
-    folder = _ensure_dir(os.path.join(_ensure_dir(cache_root()), "autotune"))
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"config": config, "timings_ms": timings_ms}, f)
-        os.replace(tmp, os.path.join(folder, key + ".json"))
+        atomic_write(os.path.join(private_dir("triton", "autotune"), key + ".json"),
+                     json.dumps({"config": config, "timings_ms": timings_ms}))
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass   # remembering the choice is an optimisation
 
 
 def benchmark(launchers: list, synchronize, make_event) -> list[float]:

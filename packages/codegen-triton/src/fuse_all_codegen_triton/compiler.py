@@ -34,6 +34,7 @@ def compile_pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
+            compat.secure_cache_dir()   # Triton loads kernels from its cache: not from a folder others write
             compat.warm_driver()   # Triton's lazy driver set-up is not thread-safe: do it here, once
             _POOL = ThreadPoolExecutor(compile_threads(), thread_name_prefix="fuse-all-triton-compile")
         return _POOL

@@ -7,6 +7,10 @@ from .__about__ import __version__
 from .api import Compiled, lower, lowered_ops
 from .printing import format_kernel, format_lowered, format_program
 from .dtypes import UnsupportedDtype, dtype_name, torch_dtype
+from .cache_dirs import (
+    UnsafeDirectory, LockWaitAbandoned, atomic_write, cache_root, check_private, exclusive_lock, make_private, private_dir,
+    read_regular_file, sweep_stale_temps, temp_file, user_cache_dir,
+)
 from .host import KernelTarget, load_host_program, render_host_program
 from .program import (
     BINARY_OPS, DTYPES, OP_ARITY, REDUCTION_OPS, TERNARY_OPS, UNARY_OPS,
@@ -22,4 +26,6 @@ __all__ = [
     "Alloc", "BufferRef", "Compute", "Const", "ExternCall", "Free", "GraphInput", "IndexValue", "Kernel",
     "KernelCall", "Load", "Loop", "Origin", "Program", "Reduce", "Store", "TensorSpec", "FloorDiv",
     "ModularIndexing", "rvar", "size_symbol", "xvar", "contiguous_strides",
+    "UnsafeDirectory", "LockWaitAbandoned", "atomic_write", "cache_root", "check_private", "exclusive_lock", "make_private",
+    "private_dir", "read_regular_file", "sweep_stale_temps", "temp_file", "user_cache_dir",
 ]

@@ -7,6 +7,7 @@ one launcher per kernel, and the one line that launches a kernel.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 import sympy
@@ -200,25 +201,60 @@ def _render_main(program: Program) -> str:
     return "\n".join(lines)
 
 
-def load_host_program(source: str, directory: str):
-    """Write the host program to `directory/<hash>/output_code.py` and import it (Triton needs kernels
-    defined in a real file). Returns the module; its `call(args)` runs the graph."""
+def load_host_program(source: str, directory: str | None = None):
+    """Write the host program to `<directory>/<hash>/output_code.py` and run it as a module (Triton needs
+    kernels defined in a real file). Returns the module; its `call(args)` runs the graph.
+
+    `directory` defaults to the private cache folder `host` (`cache_dirs.private_dir`); a given one is
+    checked the same way. The file is only ever a copy of `source`: a cached file whose bytes differ
+    (truncated by a crash, edited, planted) is rewritten, and the module runs the code of `source`,
+    compiled here (or its bytecode, cached beside it with a checksum), never read back from the file."""
     import hashlib
     import importlib.util
-    import os
 
-    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
-    folder = os.path.join(directory, digest)
-    path = os.path.join(folder, "output_code.py")
-    if not os.path.exists(path):
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
+    from . import cache_dirs
+
+    if directory is None:
+        directory = cache_dirs.private_dir("host")
+    else:
+        cache_dirs.make_private(directory)
+    data = source.encode()
+    digest = hashlib.sha256(data).hexdigest()[:24]
+    folder = cache_dirs.make_private(Path(directory) / digest, below=directory)
+    path = folder / "output_code.py"
+    if cache_dirs.read_regular_file(path) != data:
+        cache_dirs.sweep_stale_temps(folder)      # what a writer killed mid-write left here
+        cache_dirs.atomic_write(path, data)
+    code = _host_code(source, path)
     spec = importlib.util.spec_from_file_location(f"fuse_all_output_{digest}", path)
     module = importlib.util.module_from_spec(spec)
     with real_tensor_mode():  # compiles run under FakeTensorMode; the module's constants must be real
-        spec.loader.exec_module(module)
-    module.__fuse_all_path__ = path
+        exec(code, module.__dict__)  # noqa: S102 - our own rendered program
+    module.__fuse_all_path__ = str(path)
     return module
+
+
+def _host_code(source: str, path: Path):
+    """`source` compiled with `path` as its file name. The bytecode is cached in `<path stem>.<python
+    tag>.bin` (a sha256 of the payload, then `marshal` data): compiling a large program costs ~15 ms per
+    1000 lines, loading it back ~1 ms. An entry that fails its checksum is recompiled and rewritten."""
+    import hashlib
+    import marshal
+    import sys
+
+    from . import cache_dirs
+
+    cached = path.with_name(f"{path.stem}.{sys.implementation.cache_tag}.bin")
+    blob = cache_dirs.read_regular_file(cached)
+    if blob is not None and len(blob) > 32 and hashlib.sha256(blob[32:]).digest() == blob[:32]:
+        try:
+            return marshal.loads(blob[32:])
+        except (ValueError, EOFError, TypeError):
+            pass
+    code = compile(source, str(path), "exec", dont_inherit=True)
+    payload = marshal.dumps(code)
+    try:
+        cache_dirs.atomic_write(cached, hashlib.sha256(payload).digest() + payload)
+    except OSError:
+        pass      # only a speed-up
+    return code

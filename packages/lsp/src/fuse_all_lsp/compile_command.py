@@ -76,7 +76,7 @@ class _Progress:
 async def compile_file(server: FuseAllServer, uri: str) -> dict[str, Any]:
     path = to_fs_path(uri) or ""
     directory = server.artifact_dir
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)   # private, as the compiler wants it
     progress = _Progress(server)
     await progress.begin(f"fuse-all: compiling {Path(path).name}")
     started_ns = time.time_ns()
