@@ -32,6 +32,7 @@ class CompiledGraph:
     kernel_sources: dict = field(default_factory=dict)
     language: str = ""
     externs: list = field(default_factory=list)     # ir.ExternCall
+    steps: list = field(default_factory=list)       # ir.KernelCall / ir.ExternCall, in the order they run
     report: object = None
     output_code: str | None = None
     fallback_reason: str | None = None
@@ -99,7 +100,8 @@ def _compile(graph, opts: Options, record: CompiledGraph, folder):
     record.kernels = list(program.kernels.values())
     record.kernel_sources = {k.name: target.kernel_source(k) for k in record.kernels}
     record.language = target.language
-    record.externs = [s for s in program.steps if isinstance(s, ir.ExternCall)]
+    record.steps = [s for s in program.steps if isinstance(s, (ir.KernelCall, ir.ExternCall))]
+    record.externs = [s for s in record.steps if isinstance(s, ir.ExternCall)]
     record.report = program.report
     if folder:
         folder.write("ir_before_fusion.txt", ir.format_lowered(compiled.lowered))
