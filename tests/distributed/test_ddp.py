@@ -1,7 +1,7 @@
 """DDP training under fuse_all on CPU (gloo, 2 processes), both wrapping orders:
-`torch.compile(DDP(model), backend="fuse_all")` (Dynamo's DDPOptimizer splits the graph at gradient-bucket
-boundaries and compiles each piece) and `DDP(torch.compile(model, backend="fuse_all"))` (one graph; DDP's
-reducer hooks run outside it). Several SGD steps from the same start as uncompiled DDP: every step's loss,
+`torch.compile(DDP(model), backend="fuse_all")` and `DDP(torch.compile(model, backend="fuse_all"))`; in both,
+Dynamo's DDPOptimizer splits the graph at gradient-bucket boundaries and compiles each piece, and DDP's
+reducer all-reduces outside the graphs. Several SGD steps from the same start as uncompiled DDP: every step's loss,
 gradients (after DDP's all-reduce), parameters and buffers are judged against uncompiled DDP in float64,
 relative to uncompiled float32 DDP's own error (fuse_all_model_testing.assert_as_close_to_fp64_as_eager).
 """
@@ -14,7 +14,7 @@ import fuse_all_model_testing as mt
 
 pytestmark = pytest.mark.distributed
 STEPS = 3
-# a few KB per gradient bucket: 3-4 buckets, so Dynamo really splits these tiny models
+# a few KB per gradient bucket, so Dynamo really splits these tiny models (3 graphs each)
 BUCKET_BYTES = {"resnet": 4096, "transformer": 32768}
 
 
