@@ -159,3 +159,16 @@ def test_records_list_kernels_and_aten_calls_in_run_order():
     assert kinds == ["kernel", "aten.mm.default", "kernel"], kinds
     assert record.externs == [s for s in record.steps if not hasattr(s, "kernel")]
     assert [s.kernel for s in record.steps if hasattr(s, "kernel")] == [k.name for k in record.kernels]
+
+
+def test_kernel_feeding_an_aten_call_keeps_its_own_origins():
+    """A value realized because an ATen call needs it in memory is credited to the ops that computed it, not
+    to the ATen call (the fusion report and the editor showed `@` as a source of the pointwise kernel)."""
+    import fuse_all
+    torch._dynamo.reset()
+    fuse_all.reset()
+    torch.compile(lambda x, w: torch.relu(x * 2 + 1) @ w, backend="fuse_all")(torch.randn(8, 16), torch.randn(16, 4))
+    (record,) = fuse_all.compiled_graphs()
+    (kernel,) = record.kernels
+    assert {o.aten_op for o in kernel.origins} == {"aten.mul.Tensor", "aten.add.Tensor", "aten.relu.default"}
+    assert "aten.mm.default" not in record.report.groups[0]["aten_ops"]
