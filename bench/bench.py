@@ -5,6 +5,8 @@
     python bench/bench.py --device cuda --workloads bert_1x12,resnet50_1x3x224x224 --markdown
     python bench/bench.py --device cuda --skip-inductor-compile-time --budget-s 500
     python bench/bench.py --device cuda --backends aot_eager,fuse_all,fuse_all_ro   # torch's numbers: anchors
+    python bench/bench.py --device cuda --workloads ddp_train_resnet50_32x224 --backends eager,inductor,fuse_all
+                                                  # torch.compile(DDP(resnet50)), world size 1 over NCCL
 
 Per workload and backend: cold compile time (first call; Inductor with TORCHINDUCTOR_FORCE_DISABLE_CACHES=1,
 fuse_all with fresh FUSE_ALL_CACHE_DIR and TRITON_CACHE_DIR; Dynamo reset between backends), steady-state

@@ -34,7 +34,8 @@ def _inference(target, inputs, **kw) -> Instance:
     return Instance(target, inputs, step, **kw)
 
 
-def _training(model: torch.nn.Module, target, inputs, **kw) -> Instance:
+def _training(model: torch.nn.Module, target, inputs, loss_of_output=None, **kw) -> Instance:
+    """`target(*inputs)` is the loss, or with `loss_of_output` the model's output that gives it."""
     params = [p for p in model.parameters() if p.requires_grad]
     buffers = list(model.buffers())
     initial = [b.detach().clone() for b in buffers]
@@ -47,7 +48,7 @@ def _training(model: torch.nn.Module, target, inputs, **kw) -> Instance:
     def step(fn):
         for p in params:
             p.grad = None
-        loss = fn(*inputs)
+        loss = fn(*inputs) if loss_of_output is None else loss_of_output(fn(*inputs))
         loss.backward()
         # BatchNorm's running stats change every step; compare them too (cheap clones; tiny tensors)
         return [loss.detach()] + [p.grad for p in params] + [b.detach().clone() for b in buffers]
@@ -121,6 +122,33 @@ def train_resnet50(device: str, batch: int, size: int) -> Instance:
     return _training(model, loss, (x, y), tol=MODEL_TOL)
 
 
+def ddp_train_resnet50(device: str, batch: int, size: int) -> Instance:
+    """ResNet50 training step through DistributedDataParallel with world size 1 (NCCL on CUDA, gloo on
+    CPU): the target torch.compile wraps is the DDP module (`torch.compile(DDP(model))`), so Dynamo's
+    DDPOptimizer splits the graph at DDP's 25 MiB gradient buckets and DDP all-reduces each bucket."""
+    import torchvision
+    from torch.nn.parallel import DistributedDataParallel
+    _init_single_process_group(device)
+    model = torchvision.models.resnet50(weights=None).train().to(device)
+    ddp = DistributedDataParallel(model, device_ids=[torch.cuda.current_device()] if device == "cuda" else None)
+    x = torch.randn(batch, 3, size, size, device=device)
+    y = torch.randint(0, 1000, (batch,), device=device)
+    return _training(model, ddp, (x,), loss_of_output=lambda logits: F.cross_entropy(logits, y), tol=MODEL_TOL)
+
+
+def _init_single_process_group(device: str) -> None:
+    import socket
+
+    import torch.distributed as dist
+    if dist.is_initialized():
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=0, world_size=1)
+
+
 def train_bert(device: str, batch: int, seq: int) -> Instance:
     # default config, dropout on (as trained): compiled dropout draws other random numbers than eager, so
     # only the loss's rough value is comparable here; tests/training checks gradients with dropout off
@@ -149,6 +177,7 @@ WORKLOADS: dict[str, Callable[[str], Instance]] = {
     "resnext101_32x3x224x224": P(resnext101, batch=32, channels=3, height=224, width=224),
     "train_resnet50_32x224": P(train_resnet50, batch=32, size=224),
     "train_bert_8x128": P(train_bert, batch=8, seq=128),
+    "ddp_train_resnet50_32x224": P(ddp_train_resnet50, batch=32, size=224),   # issue 15; not in a default set
 }
 
 # issue 3 (CPU) and issues 4/5 (CUDA)

@@ -31,6 +31,7 @@ class CompiledGraph:
     kernel_sources: dict = field(default_factory=dict)
     language: str = ""
     externs: list = field(default_factory=list)     # ir.ExternCall
+    steps: list = field(default_factory=list)       # ir.KernelCall / ir.ExternCall, in the order they run
     report: object = None
     output_code: str | None = None
     fallback_reason: str | None = None
@@ -100,7 +101,8 @@ def _compile(graph, opts: Options, record: CompiledGraph, folder):
     record.kernels = list(program.kernels.values())
     record.kernel_sources = {k.name: target.kernel_source(k) for k in record.kernels}
     record.language = target.language
-    record.externs = [s for s in program.steps if isinstance(s, ir.ExternCall)]
+    record.steps = [s for s in program.steps if isinstance(s, (ir.KernelCall, ir.ExternCall))]
+    record.externs = [s for s in record.steps if isinstance(s, ir.ExternCall)]
     record.report = program.report
     _warn_lowered_ops_in_aten(graph.graph_id, record.externs)
     if folder:

@@ -143,3 +143,32 @@ def test_complex_falls_back(codegen):
     (A whole-graph ATen fallback with a one-line reason is allowed here.)"""
     check_ops(COMPLEX, make((4, 8), torch.float32, "transposed"), codegen=codegen, atol=1e-5, rtol=1e-5,
               allow_fallback=True)
+
+
+def test_records_list_kernels_and_aten_calls_in_run_order():
+    """`CompiledGraph.steps`: what the host program runs, in order (the distributed tests read collectives'
+    positions from it)."""
+    import fuse_all
+    torch._dynamo.reset()
+    fuse_all.reset()
+    x, w = torch.randn(8, 16), torch.randn(16, 4)
+    out = torch.compile(lambda x, w: torch.tanh(torch.relu(x * 2) @ w) + 1, backend="fuse_all")(x, w)
+    torch.testing.assert_close(out, torch.tanh(torch.relu(x * 2) @ w) + 1)
+    (record,) = fuse_all.compiled_graphs()
+    kinds = [getattr(step, "target", None) or "kernel" for step in record.steps]
+    assert kinds == ["kernel", "aten.mm.default", "kernel"], kinds
+    assert record.externs == [s for s in record.steps if not hasattr(s, "kernel")]
+    assert [s.kernel for s in record.steps if hasattr(s, "kernel")] == [k.name for k in record.kernels]
+
+
+def test_kernel_feeding_an_aten_call_keeps_its_own_origins():
+    """A value realized because an ATen call needs it in memory is credited to the ops that computed it, not
+    to the ATen call (the fusion report and the editor showed `@` as a source of the pointwise kernel)."""
+    import fuse_all
+    torch._dynamo.reset()
+    fuse_all.reset()
+    torch.compile(lambda x, w: torch.relu(x * 2 + 1) @ w, backend="fuse_all")(torch.randn(8, 16), torch.randn(16, 4))
+    (record,) = fuse_all.compiled_graphs()
+    (kernel,) = record.kernels
+    assert {o.aten_op for o in kernel.origins} == {"aten.mul.Tensor", "aten.add.Tensor", "aten.relu.default"}
+    assert "aten.mm.default" not in record.report.groups[0]["aten_ops"]

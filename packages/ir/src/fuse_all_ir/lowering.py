@@ -132,8 +132,9 @@ class GraphLowering:
         spec = TensorSpec(value.dtype, tuple(value.size), stride, sympy.Integer(0), self.device)
         name = self.new_name()
         order = tuple(sorted(range(len(stride)), key=lambda d: (-_stride_rank(stride[d]), d)))
-        self.nodes[name] = Node(name, "pointwise", spec, body=value.loader, iter_order=order,
-                                origins=self._origins())
+        # the op that computed the value, not the one that needs it in memory (an ATen call's argument)
+        origins = (value.origin,) if value.origin is not None else self._origins()
+        self.nodes[name] = Node(name, "pointwise", spec, body=value.loader, iter_order=order, origins=origins)
         fresh = buffer_value(name, spec)
         value.loader, value.view = fresh.loader, fresh.view
         return name
