@@ -166,15 +166,16 @@ def _torch_logs(outputs: GraphOutputs, record: Any, facts: dict, force: bool) ->
 def _torch_trace(outputs: GraphOutputs, record: Any, facts: dict, force: bool) -> None:
     if not logs.trace_enabled():
         return
-    logs.trace_text("aten_graph", lambda: outputs.aten_graph)
+    kind = outputs.graph.kind   # forward and backward share a compile id: the name tells them apart
+    logs.trace_text(f"{kind}_aten_graph", lambda: outputs.aten_graph)
     if outputs.compiled is not None:
-        logs.trace_text("ir_pre_fusion", lambda: outputs.ir_before)
-        logs.trace_text("ir_post_fusion", lambda: outputs.ir_after)
-        logs.trace_json("fusion_report", record.report.to_json)
+        logs.trace_text(f"{kind}_ir_pre_fusion", lambda: outputs.ir_before)
+        logs.trace_text(f"{kind}_ir_post_fusion", lambda: outputs.ir_after)
+        logs.trace_json(f"{kind}_fusion_report", record.report.to_json)
         for name, text in record.kernel_sources.items():
-            logs.trace_text(f"kernel_{name}", lambda text=text: text)
+            logs.trace_text(f"{kind}_kernel_{name}", lambda text=text: text)
         if outputs.host_source is not None:
-            logs.trace_text("output_code", lambda: outputs.host_source)
-        logs.trace_text("fusion_svg", lambda: outputs.svg)
-    logs.trace_json("compile_phases", lambda: facts["phases_s"])
-    logs.trace_json("summary", lambda: facts)
+            logs.trace_text(f"{kind}_output_code", lambda: outputs.host_source)
+        logs.trace_text(f"{kind}_fusion_svg", lambda: outputs.svg)
+    logs.trace_json(f"{kind}_compile_phases", lambda: facts["phases_s"])
+    logs.trace_json(f"{kind}_summary", lambda: facts)

@@ -16,10 +16,11 @@ torch is imported, before any backend is (torch 2.11 parses it before even the d
 load), so a name only we registered would make `import torch` fail. Our loggers are children of
 `fuse_all.*`; torch routes an enabled artifact to the `fuse_all` log's handler like to its own.
 
-TORCH_TRACE: each compile adds `artifact` entries (fuse_all_aten_graph, fuse_all_ir_pre_fusion,
-fuse_all_ir_post_fusion, fuse_all_fusion_report (json), fuse_all_kernel_<name>, fuse_all_output_code,
-fuse_all_compile_phases (json), fuse_all_summary (json), fuse_all_fusion_svg) under the compile id torch
-is compiling, so tlparse lists them with Dynamo's and AOTAutograd's artifacts of that frame.
+TORCH_TRACE: each compiled graph adds `artifact` entries named `fuse_all_<kind>_<what>` (kind: inference,
+forward or backward, which share a compile id), what: aten_graph, ir_pre_fusion, ir_post_fusion,
+fusion_report (json), kernel_<name>, output_code, fusion_svg, compile_phases (json), summary (json); all
+under the compile id torch is compiling, so tlparse lists them with Dynamo's and AOTAutograd's artifacts
+of that frame.
 """
 from __future__ import annotations
 

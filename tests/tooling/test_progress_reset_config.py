@@ -1,0 +1,90 @@
+"""The progress line, torch.compiler.reset(), and the one table of settings."""
+import io
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import fuse_all
+from fuse_all import config, progress
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("option, env, tty, shown", [
+    (None, None, True, True), (None, None, False, False), (False, None, True, False),
+    (True, None, False, True), (None, "0", True, False), (None, "1", False, True),
+])
+def test_when_progress_shows(monkeypatch, option, env, tty, shown):
+    if env is None:
+        monkeypatch.delenv("FUSE_ALL_PROGRESS", raising=False)
+    else:
+        monkeypatch.setenv("FUSE_ALL_PROGRESS", env)
+    stream = Terminal() if tty else io.StringIO()
+    assert progress.wanted(option, stream)[0] is shown
+
+
+def test_progress_repaints_after_the_delay_and_clears(monkeypatch):
+    monkeypatch.delenv("FUSE_ALL_PROGRESS", raising=False)
+    stream = Terminal()
+    with progress.Progress("forward", stream=stream, delay_s=0.05, refresh_s=0.02) as bar:
+        bar.set_phase("rendering kernels", total_kernels=4)
+        bar.kernel_done()
+        time.sleep(0.2)
+    text = stream.getvalue()
+    assert re.search(r"\r\x1b\[Kfuse-all: graph \d+ \(forward\) · rendering kernels · kernels 1/4 · \d+\.\d s", text)
+    assert text.endswith("\r\x1b[K")
+
+
+def test_quick_compile_shows_nothing(monkeypatch):
+    monkeypatch.delenv("FUSE_ALL_PROGRESS", raising=False)
+    stream = Terminal()
+    with progress.Progress("inference", stream=stream, delay_s=5):
+        pass
+    assert stream.getvalue() == ""
+
+
+def test_asked_for_on_a_non_terminal_prints_plain_lines_per_phase():
+    stream = io.StringIO()
+    with progress.Progress("backward", option=True, stream=stream, delay_s=0.0, refresh_s=0.02) as bar:
+        time.sleep(0.08)
+        bar.set_phase("compiling 3 kernels")
+        time.sleep(0.08)
+    lines = stream.getvalue().splitlines()
+    assert "\r" not in stream.getvalue() and len(lines) == 2
+    assert "capturing" in lines[0] and "compiling 3 kernels" in lines[1]
+
+
+def test_progress_option_is_checked():
+    from fuse_all.options import OptionError, parse
+    assert parse(None, {"progress": False}).progress is False and parse().progress is None
+    with pytest.raises(OptionError, match="takes a bool"):
+        parse(None, {"progress": "no"})
+
+
+def test_torch_compiler_reset_clears_compiled_graphs():
+    torch.compiler.reset()
+    torch.compile(lambda x: x.sin() + 1, backend="fuse_all")(torch.randn(4))
+    assert fuse_all.compiled_graphs()
+    torch.compiler.reset()
+    assert fuse_all.compiled_graphs() == []
+
+
+def test_readme_table_is_the_config_table():
+    assert config.markdown_table() in (ROOT / "README.md").read_text()
+
+
+def test_every_fuse_all_variable_read_in_the_sources_is_declared():
+    declared = {v.name for v in config.VARIABLES} | set(config.DEVELOPMENT_VARIABLES)
+    found = set()
+    for folder in [ROOT / "src", *sorted((ROOT / "packages").glob("*/src"))]:
+        for path in folder.rglob("*.py"):
+            found |= set(re.findall(r"FUSE_ALL_[A-Z_]+[A-Z]", path.read_text(encoding="utf-8")))
+    assert found - declared == set()
