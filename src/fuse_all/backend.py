@@ -37,6 +37,7 @@ class CompiledGraph:
     fallback_reason: str | None = None
     compile_time_s: float = 0.0
     cudagraphs: dict = field(default_factory=dict)
+    function: str | None = None     # the compiled user function, "qualname (file:line)"
     compile_id: str | None = None   # Dynamo's compile id ("0/1"), as TORCH_LOGS and tlparse show it
     debug_dir: str | None = None    # this graph's debug folder, when written
     fusion_svg: str | None = None   # the fusion picture in it

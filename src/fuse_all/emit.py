@@ -113,6 +113,9 @@ def summary(outputs: GraphOutputs, record: Any) -> dict[str, Any]:
 def finish(outputs: GraphOutputs, record: Any, force_debug: bool = False) -> None:
     """Debug folder, logs and trace for one compiled graph; sets `record.fusion_svg`/`compile_id`/`debug_dir`."""
     record.compile_id = outputs.compile_id
+    function = outputs.graph.function
+    if function is not None:
+        record.function = f"{function.qualname or function.name} ({function.file}:{function.first_line})"
     facts = summary(outputs, record)
     for sink in (_debug_folder, _torch_logs, _torch_trace):
         try:
