@@ -4,7 +4,9 @@ One box per step of the program, in the order the program runs them: a kernel bo
 into it, an ATen-call box (dashed, orange) the op that runs in ATen, and a last grey box the ops that need
 no kernel (views and other ops folded into index arithmetic). Each op is a node labelled with its ATen op
 and the user source line it came from (hover for the code). Data edges go from producer to consumer; an
-edge the fusion pass rejected is red, dashed and labelled with the reason from the fusion report.
+edge the fusion pass rejected is red, dashed and labelled with the reason from the fusion report (in a
+column on the right, so that no reason covers a node). Edges inside a kernel and edges of folded ops are
+not drawn: the boxes say as much, and they would hide the edges between steps.
 """
 from __future__ import annotations
 
@@ -39,28 +41,33 @@ class Op:
 
 
 def groups_from_program(program: Any, fx_nodes: Iterable[str]) -> list[Group]:
-    """Kernel and ATen-call groups in program order from a `fuse_all_ir.Program`, plus the folded ops."""
+    """Kernel and ATen-call groups in program order from a `fuse_all_ir.Program`, plus the folded ops.
+
+    An ATen call computes exactly the op it names, so it claims its node first; a kernel's origins also
+    name ops it only reads through, so a kernel gets the nodes no ATen call and no earlier kernel has."""
     fx_nodes = list(fx_nodes)
     known = set(fx_nodes)
-    placed: set[str] = set()
-    groups = []
+    steps = []
     for step in getattr(program, "steps", ()):
         kernel_name = getattr(step, "kernel", None)
         if isinstance(kernel_name, str) and kernel_name in program.kernels:
             kernel = program.kernels[kernel_name]
-            group = Group(kernel_name, "kernel", f"{kernel_name} ({kernel.kind})")
+            steps.append((Group(kernel_name, "kernel", f"{kernel_name} ({kernel.kind})"), kernel))
         elif hasattr(step, "target") and hasattr(step, "origins"):
-            kernel = step
             reason = getattr(step, "reason", "") or ""
-            group = Group(f"aten_{len(groups)}", "extern", f"ATen call {step.target}" + (f": {reason}" if reason else ""))
-        else:
-            continue
-        for origin in getattr(kernel, "origins", ()):
-            node = getattr(origin, "fx_node", None)
-            if node and node not in placed and node in known:
-                placed.add(node)
-                group.nodes.append(node)
-        groups.append(group)
+            title = f"ATen call {step.target}" + (f": {reason}" if reason else "")
+            steps.append((Group(f"aten_{len(steps)}", "extern", title), step))
+    placed: set[str] = set()
+    for claim in ("extern", "kernel"):
+        for group, source in steps:
+            if group.kind != claim:
+                continue
+            for origin in getattr(source, "origins", ()):
+                node = getattr(origin, "fx_node", None)
+                if node and node not in placed and node in known:
+                    placed.add(node)
+                    group.nodes.append(node)
+    groups = [group for group, _ in steps]
     folded = [n for n in fx_nodes if n not in placed]
     if folded:
         groups.append(Group("folded", "folded", "no kernel: views and ops folded into index arithmetic", folded))
@@ -85,14 +92,17 @@ def ops_from_graph(graph_module: Any) -> tuple[dict[str, Op], list[tuple[str, st
 
 def rejected_edges(report: Any, edges: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
     """(producer op, consumer op) -> reason, for the fusion report's rejected pairs. The report names IR
-    buffers and lists the origins of both sides; the pair is the graph edge between those origins."""
+    buffers and lists the origins of the producer, then of the consumer: the pair is the graph edge
+    between those origins where there is one, else (first origin, last origin), a dependency that runs
+    through ops folded into index arithmetic."""
     edge_set = set(edges)
     found: dict[tuple[str, str], str] = {}
     for entry in getattr(report, "rejected", ()) or ():
-        origins = [o for o in entry.get("origins", ()) if getattr(o, "fx_node", None)]
-        names = [o.fx_node for o in origins]
-        pair = next(((p, c) for p in names for c in names if (p, c) in edge_set), None)
-        if pair is not None and pair not in found:
+        names = [o.fx_node for o in entry.get("origins", ()) if getattr(o, "fx_node", None)]
+        if not names:
+            continue
+        pair = next(((p, c) for p in names for c in names if (p, c) in edge_set), (names[0], names[-1]))
+        if pair[0] != pair[1] and pair not in found:
             found[pair] = entry.get("reason", "")
     return found
 
@@ -140,11 +150,19 @@ def render(graph_id: str, ops: dict[str, Op], edges: list[tuple[str, str]], grou
                    f'<text x="{x + BOX_PAD}" y="{top + 19}" font-weight="bold" fill="{stroke}">'
                    f'{escape(_clip(group.title, 110))}</text></g>')
     group_of = {name: group.name for group in groups for name in group.nodes}
-    for (producer, consumer) in dict.fromkeys(edges):
-        # Edges inside a kernel are implied by the box; drawing them only hides the ones between steps.
-        if producer in position and consumer in position and group_of[producer] != group_of[consumer]:
-            reason = rejected.get((producer, consumer))
-            out.append(_edge(position[producer], position[consumer], reason, width))
+    # Edges inside a kernel are implied by the box, and the folded ops (views) are a list at the end;
+    # drawing those edges would only hide the ones between steps.
+    folded = {name for group in groups if group.kind == "folded" for name in group.nodes}
+    drawn = [(p, c) for p, c in dict.fromkeys([*edges, *rejected])
+             if p in position and c in position and group_of[p] != group_of[c] and not {p, c} & folded]
+    label_y: dict[tuple[str, str], float] = {}
+    next_free = 0.0
+    for pair in sorted((e for e in drawn if e in rejected), key=lambda e: position[e[0]][1] + position[e[1]][1]):
+        wanted_y = (position[pair[0]][1] + NODE_H + position[pair[1]][1]) / 2
+        label_y[pair] = max(wanted_y, next_free)      # labels in the gutter never overlap each other
+        next_free = label_y[pair] + 13
+    for pair in drawn:
+        out.append(_edge(position[pair[0]], position[pair[1]], rejected.get(pair), width, label_y.get(pair)))
     for name, (x, top) in position.items():
         op = ops[name]
         short = op.target.removeprefix("aten.").removesuffix(".default")
@@ -157,7 +175,8 @@ def render(graph_id: str, ops: dict[str, Op], edges: list[tuple[str, str]], grou
     return "\n".join(out) + "\n"
 
 
-def _edge(start: tuple[float, float], end: tuple[float, float], reason: str | None, width: float) -> str:
+def _edge(start: tuple[float, float], end: tuple[float, float], reason: str | None, width: float,
+          label_y: float | None = None) -> str:
     x1, y1 = start[0] + NODE_W / 2, start[1] + NODE_H
     x2, y2 = end[0] + NODE_W / 2, end[1]
     if reason is None:
@@ -165,11 +184,14 @@ def _edge(start: tuple[float, float], end: tuple[float, float], reason: str | No
         return (f'<path d="M {x1:.0f} {y1:.0f} C {x1:.0f} {y1 + bend:.0f}, {x2:.0f} {y2 - bend:.0f}, {x2:.0f} {y2:.0f}"'
                 f' fill="none" stroke="#90a4ae" stroke-width="1" marker-end="url(#arrow)"/>')
     mid_y = (y1 + y2) / 2
+    label_y = mid_y if label_y is None else label_y
     label_x = width - 470   # the right-hand gutter: reasons never cover a node
     return (f'<g class="rejected"><title>not fused: {escape(reason)}</title>'
             f'<path d="M {x1:.0f} {y1:.0f} C {x1:.0f} {mid_y:.0f}, {x2:.0f} {mid_y:.0f}, {x2:.0f} {y2:.0f}" fill="none"'
             f' stroke="#c62828" stroke-width="1.5" stroke-dasharray="5 3" marker-end="url(#arrow-red)"/>'
-            f'<text x="{label_x:.0f}" y="{mid_y:.0f}" fill="#c62828">{escape(_clip(reason, REASON_CHARS))}</text></g>')
+            f'<path d="M {(x1 + x2) / 2:.0f} {mid_y:.0f} L {label_x - 4:.0f} {label_y:.0f}" stroke="#ef9a9a"'
+            f' stroke-width="0.6" fill="none"/>'
+            f'<text x="{label_x:.0f}" y="{label_y + 4:.0f}" fill="#c62828">{escape(_clip(reason, REASON_CHARS))}</text></g>')
 
 
 def _clip(text: str, limit: int) -> str:
