@@ -62,7 +62,9 @@ def fuse_all(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, 
     opts = parse(mode, options)
     backend = capture.make_backend(lambda graph: compile_graph(graph, opts, mode),
                                    decompositions=_decompositions(), name="fuse_all")
-    return backend(gm, example_inputs)
+    with progress.Progress("tracing", opts.progress) as bar:
+        bar.set_phase("AOTAutograd tracing")
+        return backend(gm, example_inputs)
 
 
 fuse_all.reset = reset   # torch.compiler.reset() calls reset() on every backend it cached
@@ -82,7 +84,7 @@ def compile_graph(graph, opts: Options, mode=None):
     start = time.perf_counter()
     record = CompiledGraph(graph.graph_id, graph.kind, graph.device)
     outputs = emit.GraphOutputs.start(graph)   # what the debug folder, TORCH_LOGS and TORCH_TRACE show
-    with progress.Progress(graph.kind, opts.progress) as bar:
+    with progress.for_graph(graph.kind, opts.progress) as bar:
         try:
             call = _compile(graph, opts, record, outputs, bar)
         except Exception as exc:  # noqa: BLE001 - any failure becomes an ATen fallback, never a broken program
@@ -92,7 +94,8 @@ def compile_graph(graph, opts: Options, mode=None):
             log.warning("fuse_all: graph %s runs in ATen (%s)", graph.graph_id, reason)
             record.fallback_reason = reason
             call = _aten_call(graph.graph_module)
-        bar.set_phase("CUDA graphs")
+        if opts.cudagraphs:
+            bar.set_phase("CUDA graphs")
         with outputs.timed("cudagraphs"):
             call = _maybe_cudagraphs(call, graph, opts, record)
     record.compile_time_s = time.perf_counter() - start

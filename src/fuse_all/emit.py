@@ -67,9 +67,17 @@ class GraphOutputs:
     def ir_after(self) -> str:
         return ir.format_program(self.compiled.program)
 
+    fell_back: bool = False         # the graph runs in ATen (what was lowered, if anything, does not run)
+
+    @property
+    def report(self):
+        """The fusion report of what was lowered (also when a later stage failed), or None."""
+        return self.compiled.program.report if self.compiled is not None else None
+
     @functools.cached_property
     def svg(self) -> str:
-        return fusion_svg.fusion_svg(self.graph, self.compiled.program if self.compiled else None)
+        program = self.compiled.program if self.compiled is not None and not self.fell_back else None
+        return fusion_svg.fusion_svg(self.graph, program)
 
     def repro(self) -> str:
         return torch_compat.repro_source(self.graph.graph_module, self.graph.example_inputs) + _REPRO_MAIN
@@ -113,6 +121,7 @@ def summary(outputs: GraphOutputs, record: Any) -> dict[str, Any]:
 def finish(outputs: GraphOutputs, record: Any, force_debug: bool = False) -> None:
     """Debug folder, logs and trace for one compiled graph; sets `record.fusion_svg`/`compile_id`/`debug_dir`."""
     record.compile_id = outputs.compile_id
+    outputs.fell_back = bool(record.fallback_reason)
     function = outputs.graph.function
     if function is not None:
         record.function = f"{function.qualname or function.name} ({function.file}:{function.first_line})"
@@ -143,7 +152,7 @@ def _debug_folder(outputs: GraphOutputs, record: Any, facts: dict, force: bool) 
         return
     folder.write(debug.IR_BEFORE_FUSION, outputs.ir_before)
     folder.write(debug.IR_AFTER_FUSION, outputs.ir_after)
-    folder.write(debug.FUSION_REPORT, record.report.to_text())
+    folder.write(debug.FUSION_REPORT, outputs.report.to_text())
     for name, text in record.kernel_sources.items():
         folder.write_kernel(name, text, record.language)
     if outputs.host_source is not None:
@@ -159,7 +168,7 @@ def _torch_logs(outputs: GraphOutputs, record: Any, facts: dict, force: bool) ->
         f"# {name}\n{text}" for name, text in record.kernel_sources.items()))
     logs.log_artifact("ir_pre_fusion", f"IR before fusion of {title}:", lambda: outputs.ir_before)
     logs.log_artifact("ir_post_fusion", f"IR after fusion of {title}:", lambda: outputs.ir_after)
-    logs.log_artifact("fusion", f"Fusion of {title}:", record.report.to_text)
+    logs.log_artifact("fusion", f"Fusion of {title}:", outputs.report.to_text)
     logs.log_artifact("schedule", f"Schedule of {title}:", outputs.schedule)
     decisions = (record.cudagraphs or {}).get("decisions")
     if decisions:
@@ -174,7 +183,7 @@ def _torch_trace(outputs: GraphOutputs, record: Any, facts: dict, force: bool) -
     if outputs.compiled is not None:
         logs.trace_text(f"{kind}_ir_pre_fusion", lambda: outputs.ir_before)
         logs.trace_text(f"{kind}_ir_post_fusion", lambda: outputs.ir_after)
-        logs.trace_json(f"{kind}_fusion_report", record.report.to_json)
+        logs.trace_json(f"{kind}_fusion_report", outputs.report.to_json)
         for name, text in record.kernel_sources.items():
             logs.trace_text(f"{kind}_kernel_{name}", lambda text=text: text)
         if outputs.host_source is not None:

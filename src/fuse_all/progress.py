@@ -5,12 +5,17 @@ times a second, and cleared when the graph is done. Only on a terminal, unless F
 `options={"progress": True}`) asks for it anyway; FUSE_ALL_PROGRESS=0 or `options={"progress": False}` turns
 it off. On a non-terminal, when asked, each change of phase is one plain line instead of a repaint.
 
+The line covers the whole of a Dynamo graph's compile: Dynamo hands the graph to the backend, AOTAutograd
+traces it ("tracing"), then each ATen graph is lowered, fused, rendered and compiled. A backward graph
+compiled later (at the first `.backward()`) gets a line of its own.
+
 "graph n" counts the graphs this process has compiled (Dynamo finds them one at a time, so their total is
 not known in advance). "kernels k/K" counts kernel sources rendered; the Triton compiles that follow run
 in parallel and show as the "compiling K kernels" phase.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 import threading
@@ -23,6 +28,19 @@ DELAY_S = 2.0
 REFRESH_S = 0.25
 
 _graph_counter = itertools.count(1)
+_active = threading.local()
+
+
+@contextlib.contextmanager
+def for_graph(kind: str, option: bool | None = None):
+    """The progress of the Dynamo graph being compiled on this thread, or a new one (a lazy backward)."""
+    current = getattr(_active, "bar", None)
+    if current is not None:
+        current.kind = kind
+        yield current
+        return
+    with Progress(kind, option) as bar:
+        yield bar
 
 
 def wanted(option: bool | None, stream: IO[str] | None = None) -> tuple[bool, bool]:
@@ -41,7 +59,7 @@ class Progress:
     """The progress of one graph's compile; a context manager. Cheap when never shown."""
 
     def __init__(self, kind: str, option: bool | None = None, stream: IO[str] | None = None,
-                 delay_s: float = DELAY_S, refresh_s: float = REFRESH_S):
+                 delay_s: float | None = None, refresh_s: float | None = None):
         self.stream = sys.stderr if stream is None else stream
         self.show, self.repaint = wanted(option, self.stream)
         self.number = next(_graph_counter)
@@ -49,7 +67,8 @@ class Progress:
         self.phase = "capturing"
         self.done_kernels = 0
         self.total_kernels: int | None = None
-        self.delay_s, self.refresh_s = delay_s, refresh_s
+        self.delay_s = DELAY_S if delay_s is None else delay_s
+        self.refresh_s = REFRESH_S if refresh_s is None else refresh_s
         self._start = time.perf_counter()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -58,12 +77,16 @@ class Progress:
         self._lock = threading.Lock()
 
     def __enter__(self) -> Progress:
+        if getattr(_active, "bar", None) is None:
+            _active.bar = self
         if self.show:
             self._thread = threading.Thread(target=self._run, name="fuse-all-progress", daemon=True)
             self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        if getattr(_active, "bar", None) is self:
+            _active.bar = None
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

@@ -88,3 +88,23 @@ def test_every_fuse_all_variable_read_in_the_sources_is_declared():
         for path in folder.rglob("*.py"):
             found |= set(re.findall(r"FUSE_ALL_[A-Z_]+[A-Z]", path.read_text(encoding="utf-8")))
     assert found - declared == set()
+
+
+def test_a_graph_compiled_inside_a_running_progress_reuses_its_line():
+    stream = io.StringIO()
+    with progress.Progress("tracing", option=False, stream=stream) as outer:
+        with progress.for_graph("forward") as inner:
+            assert inner is outer and outer.kind == "forward"
+    with progress.for_graph("backward", option=False) as alone:   # a lazy backward: a line of its own
+        assert alone is not outer and alone.kind == "backward"
+
+
+def test_a_long_compile_shows_progress_through_the_backend(monkeypatch, capfd):
+    monkeypatch.setenv("FUSE_ALL_PROGRESS", "1")
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    monkeypatch.setattr(progress, "REFRESH_S", 0.01)
+    torch.compiler.reset()
+    torch.compile(lambda x: (x.sin() @ x.T).softmax(-1), backend="fuse_all")(torch.randn(16, 16))
+    err = capfd.readouterr().err
+    assert re.search(r"fuse-all: graph \d+ \(tracing\) · AOTAutograd tracing", err), err
+    assert re.search(r"fuse-all: graph \d+ \(inference\) · (lowering and fusing|rendering kernels|compiling)", err), err
