@@ -68,21 +68,25 @@ def test_explain_runs_a_script_and_explains_each_graph(tmp_path):
     assert "not fused buf1 -> buf2: producer is an ATen call (aten.mm.default)" in out
 
 
-def test_explain_uses_fuse_all_for_a_script_without_a_backend(tmp_path):
+def test_explain_uses_fuse_all_for_a_script_without_a_backend(tmp_path, capsys):
+    import torch
     script = tmp_path / "plain.py"
     script.write_text("import sys, torch\nf = torch.compile(lambda x: x.cos().sin())\nf(torch.randn(4))\n"
                       "print('args', sys.argv[1:])\n")
-    out = run_python(["-m", "fuse_all", "explain", str(script), "--flag", "7"], tmp_path, {}).stdout
+    torch.compiler.reset()
+    original = torch.compile
+    code, text = _run(["explain", str(script), "--flag", "7"])
+    out = capsys.readouterr().out + text
+    assert code == 0 and torch.compile is original
     assert "args ['--flag', '7']" in out and "1 compiled graphs" in out and re.search(r"kernel_0: (sin.default, cos.default|cos.default, sin.default) ", out)
 
 
-def test_report_reads_a_debug_folder_and_a_trace(tmp_path):
-    run_python([str(SAMPLE)], tmp_path, {"FUSE_ALL_DEBUG": "1", "FUSE_ALL_DEBUG_DIR": str(tmp_path / "dbg"),
-                                         "TORCH_TRACE": str(tmp_path / "trace")})
-    out = run_python(["-m", "fuse_all", "report", str(tmp_path / "dbg")], tmp_path, {}).stdout
+def test_report_reads_a_debug_folder_and_a_trace(fuse_all_debug_run, traced_run, tmp_path):
+    code, out = _run(["report", str(fuse_all_debug_run.folder / "dbg")])
+    assert code == 0
     assert len([l for l in out.splitlines() if " graph g_" in l]) == 5
     assert "forward graph" in out and "1 ATen calls" in out and "lower_fuse_schedule" in out
-    out = run_python(["-m", "fuse_all", "report", str(tmp_path / "trace")], tmp_path, {}).stdout
+    code, out = _run(["report", str(traced_run.folder / "trace")])
     assert "[0/0]: forward graph" in out and "[0/0]: backward graph" in out and "[2/0]: inference" in out
     assert "fuse_all_forward_output_code" in out
 

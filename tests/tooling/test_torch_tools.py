@@ -12,8 +12,8 @@ import pytest
 from tooling_testing import run_python, trace_records
 
 
-def test_torch_logs_fuse_all_prints_one_info_line_per_graph(run_sample):
-    err = run_sample(TORCH_LOGS="fuse_all").stderr
+def test_torch_logs_fuse_all_prints_one_info_line_per_graph(traced_run):
+    err = traced_run.stderr
     lines = [line for line in err.splitlines() if "fuse_all: compiled" in line]
     # layer: forward + backward (compile 0/0), inference after no_grad (0/1); with_break: two graphs
     assert len(lines) == 5, err[-3000:]
@@ -23,8 +23,8 @@ def test_torch_logs_fuse_all_prints_one_info_line_per_graph(run_sample):
     assert "Output code of" not in err and "[__fusion]" not in err   # artifacts only when asked
 
 
-def test_torch_logs_artifacts_carry_our_code_and_fusion(run_sample):
-    err = run_sample(TORCH_LOGS="output_code,fusion,schedule").stderr
+def test_torch_logs_artifacts_carry_our_code_and_fusion(artifact_logs_run):
+    err = artifact_logs_run.stderr
     assert "fuse_all: compiled" not in err                            # the INFO line is the fuse_all log's
     assert err.count("[__output_code] Output code of fuse_all forward graph") == 1
     assert "def call(args)" in err or "def call(" in err
@@ -33,15 +33,15 @@ def test_torch_logs_artifacts_carry_our_code_and_fusion(run_sample):
     assert re.search(r"\[__schedule\]\s+0  ATen aten\.mm\.default", err)
 
 
-def test_without_torch_logs_nothing_is_printed(run_sample):
-    err = run_sample().stderr
+def test_without_torch_logs_nothing_is_printed(fuse_all_debug_run):
+    err = fuse_all_debug_run.stderr
     assert "fuse_all: compiled" not in err and "[__" not in err
+    assert err.strip().splitlines() == [f"fuse-all: debug output in {fuse_all_debug_run.folder / 'dbg'}"]
 
 
-def test_torch_trace_has_our_artifacts_under_each_compile_id(run_sample, tmp_path):
-    run_sample(TORCH_TRACE=str(tmp_path / "trace"))
+def test_torch_trace_has_our_artifacts_under_each_compile_id(traced_run):
     ours = {}
-    for envelope, payload in trace_records(tmp_path / "trace"):
+    for envelope, payload in trace_records(traced_run.folder / "trace"):
         artifact = envelope.get("artifact")
         if artifact and artifact["name"].startswith("fuse_all_"):
             compile_id = f"{envelope['frame_id']}/{envelope['frame_compile_id']}"
@@ -65,9 +65,8 @@ def test_torch_trace_has_our_artifacts_under_each_compile_id(run_sample, tmp_pat
 
 
 @pytest.mark.skipif(shutil.which("tlparse") is None, reason="tlparse is not installed (pip install tlparse)")
-def test_tlparse_report_lists_our_artifacts(run_sample, tmp_path):
-    run_sample(TORCH_TRACE=str(tmp_path / "trace"))
-    log = next((tmp_path / "trace").glob("*.log"))
+def test_tlparse_report_lists_our_artifacts(traced_run, tmp_path):
+    log = next((traced_run.folder / "trace").glob("*.log"))
     result = subprocess.run(["tlparse", str(log), "--no-browser", "--strict-compile-id", "-o", str(tmp_path / "tl")],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -80,8 +79,8 @@ def test_tlparse_report_lists_our_artifacts(run_sample, tmp_path):
     assert "fuse_all_forward_output_code" in index and "fuse_all_inference_summary" in index
 
 
-def test_torch_compile_debug_writes_inside_torchs_run_folder(run_sample, tmp_path):
-    err = run_sample(TORCH_COMPILE_DEBUG="1").stderr
+def test_torch_compile_debug_writes_inside_torchs_run_folder(torch_debug_run):
+    err, tmp_path = torch_debug_run.stderr, torch_debug_run.folder
     runs = list((tmp_path / "torch_compile_debug").glob("run_*"))
     assert len(runs) == 1, err[-2000:]
     ours = runs[0] / "fuse_all"
@@ -106,8 +105,8 @@ def test_torch_compile_debug_writes_inside_torchs_run_folder(run_sample, tmp_pat
     assert "fuse_all matches eager on random inputs" in repro.stdout
 
 
-def test_fuse_all_debug_keeps_its_own_folder(run_sample, tmp_path):
-    run_sample(FUSE_ALL_DEBUG="1", FUSE_ALL_DEBUG_DIR=str(tmp_path / "dbg"))
+def test_fuse_all_debug_keeps_its_own_folder(fuse_all_debug_run):
+    tmp_path = fuse_all_debug_run.folder
     folders = sorted(p.name for p in (tmp_path / "dbg").iterdir())
     assert len(folders) == 5 and all(re.fullmatch(r"g_[0-9a-f]{8}_\d+(_fwd|_bwd)?", f) for f in folders)
     assert all((tmp_path / "dbg" / f / "fusion.svg").is_file() for f in folders)
