@@ -60,8 +60,10 @@ def register() -> None:
 
 
 def _ensure_handlers() -> None:
-    """torch attaches its handlers at import time and in `set_logs`, to the log names registered then; ours
-    came later. When the user asked for torch logging (TORCH_LOGS), redo torch's set-up once."""
+    """torch reads TORCH_LOGS and attaches its handlers when it is imported, to the names registered then:
+    `fuse_all` was then at most a module name (or half registered: torch imports our package while it
+    parses `TORCH_LOGS=fuse_all`). When TORCH_LOGS is set, redo torch's set-up once, at the first compile,
+    now that `fuse_all` names every stage. (With TORCH_LOGS set, torch ignores `set_logs` anyway.)"""
     global _handlers_ready
     if _handlers_ready:
         return
@@ -69,8 +71,7 @@ def _ensure_handlers() -> None:
     if not os.environ.get("TORCH_LOGS"):
         return
     try:
-        if not torch_compat.has_torch_handler(logging.getLogger(LOG_NAME)):
-            torch_compat.reinit_logs()
+        torch_compat.reinit_logs()
     except Exception as error:  # noqa: BLE001
         log.debug("fuse-all: could not attach torch's log handlers: %s", error)
 

@@ -28,14 +28,14 @@ def artifact_names() -> set[str]:
     return set(logging_internal().log_registry.artifact_names)
 
 
-def has_torch_handler(logger: logging.Logger) -> bool:
-    internal = logging_internal()
-    return any(internal._is_torch_handler(h) for h in logger.handlers)
-
-
 def reinit_logs() -> None:
-    """torch's own (re)initialisation: what `torch._logging.set_logs` runs; keeps the programmatic state."""
-    logging_internal()._init_logs()
+    """torch's own (re)initialisation, what `torch._logging.set_logs` runs, after forgetting how TORCH_LOGS
+    was parsed (torch caches the parse; names registered since then read differently now)."""
+    internal = logging_internal()
+    parse = getattr(internal, "_parse_log_settings", None)
+    if hasattr(parse, "cache_clear"):
+        parse.cache_clear()
+    internal._init_logs()
 
 
 def trace_enabled() -> bool:

@@ -115,3 +115,9 @@ def test_the_backend_reports_its_phases_to_one_progress_line(monkeypatch):
         ("tracing", "AOTAutograd tracing"), ("inference", "lowering and fusing"),
         ("inference", "rendering kernels"), ("inference", f"compiling {seen[2][3]} kernels")]
     assert seen[2][3] == len(fuse_all.compiled_graphs()[-1].kernels) > 0
+
+
+def test_every_option_is_in_the_table():
+    from dataclasses import fields
+    from fuse_all.options import Options
+    assert set(config.OPTION_HELP) == {f.name for f in fields(Options)}

@@ -111,3 +111,17 @@ def test_fuse_all_debug_keeps_its_own_folder(fuse_all_debug_run):
     assert len(folders) == 5 and all(re.fullmatch(r"g_[0-9a-f]{8}_\d+(_fwd|_bwd)?", f) for f in folders)
     assert all((tmp_path / "dbg" / f / "fusion.svg").is_file() for f in folders)
     assert not (tmp_path / "torch_compile_debug").exists()
+
+
+@pytest.mark.parametrize("setting, level", [("+fuse_all", "DEBUG"), ("fuse_all", "INFO")])
+def test_the_fuse_all_log_name_covers_every_stage(tmp_path, setting, level):
+    program = ("import logging, torch, fuse_all\n"
+               "torch.compile(lambda x: x.cos(), backend='fuse_all')(torch.randn(3))\n"
+               "from torch._logging import _internal\n"
+               "for name in ('fuse_all', 'fuse_all_ir', 'fuse_all_codegen_triton', 'fuse_all_cudagraphs'):\n"
+               "    log = logging.getLogger(name)\n"
+               "    print(name, logging.getLevelName(log.getEffectiveLevel()),\n"
+               "          any(_internal._is_torch_handler(h) for h in log.handlers))\n")
+    out = run_python(["-c", program], tmp_path, {"TORCH_LOGS": setting}).stdout.splitlines()
+    assert out == [f"{name} {level} True" for name in
+                   ("fuse_all", "fuse_all_ir", "fuse_all_codegen_triton", "fuse_all_cudagraphs")]
