@@ -191,7 +191,9 @@ def report(args, out: Out = print) -> int:
         out(f"TORCH_TRACE {path.relative_to(folder)}:")
         for compile_id, facts, names in _trace_summaries(path):
             out(_facts_line(facts, f"[{compile_id}]"))
-            out(f"    artifacts: {', '.join(names)}")
+            kernels = [n for n in names if "_kernel_" in n]
+            shown = [n for n in names if "_kernel_" not in n] + ([f"{len(kernels)} kernel sources"] if kernels else [])
+            out(f"    artifacts: {', '.join(shown)}")
     return 0
 
 
