@@ -4,6 +4,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -64,10 +65,14 @@ def test_torch_trace_has_our_artifacts_under_each_compile_id(traced_run):
     assert "fuse_all_inference_output_code" in ours["0/1"]
 
 
-@pytest.mark.skipif(shutil.which("tlparse") is None, reason="tlparse is not installed (pip install tlparse)")
+# requirements-dev.txt installs it into the venv, whose bin/ need not be on PATH
+TLPARSE = shutil.which("tlparse", path=str(Path(sys.executable).parent)) or shutil.which("tlparse")
+
+
+@pytest.mark.skipif(TLPARSE is None, reason="tlparse is not installed (pip install tlparse)")
 def test_tlparse_report_lists_our_artifacts(traced_run, tmp_path):
     log = next((traced_run.folder / "trace").glob("*.log"))
-    result = subprocess.run(["tlparse", str(log), "--no-browser", "--strict-compile-id", "-o", str(tmp_path / "tl")],
+    result = subprocess.run([TLPARSE, str(log), "--no-browser", "--strict-compile-id", "-o", str(tmp_path / "tl")],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     files = sorted(p.name for p in (tmp_path / "tl" / "-_0_0_0").iterdir())
