@@ -111,3 +111,15 @@ def test_published_metadata(tmp_path):
     assert "fuse-all = fuse_all.cli:main" in entry_points
     assert "fuse_all = fuse_all.backend:fuse_all" in entry_points
     assert (ROOT / "CHANGELOG.md").read_text().startswith("# Changelog")
+
+
+@pytest.mark.parametrize("package", sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file()))
+def test_stage_packages_carry_license_and_classifiers(tmp_path, package):
+    from hatchling.builders.wheel import WheelBuilder
+    wheel = next(iter(WheelBuilder(str(ROOT / "packages" / package)).build(directory=str(tmp_path),
+                                                                            versions=["standard"])))
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = email.message_from_bytes(archive.read(next(n for n in names if n.endswith("/METADATA"))))
+    assert metadata["License-Expression"] == "BSD-3-Clause" and any(n.endswith("licenses/LICENSE") for n in names)
+    assert "Development Status :: 3 - Alpha" in metadata.get_all("Classifier")
