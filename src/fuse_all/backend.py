@@ -15,7 +15,7 @@ import torch
 import fuse_all_capture as capture
 import fuse_all_ir as ir
 
-from . import debug, provenance
+from . import emit, logs, progress, provenance
 from .options import OptionError, Options, parse
 
 log = logging.getLogger("fuse_all")
@@ -37,6 +37,10 @@ class CompiledGraph:
     fallback_reason: str | None = None
     compile_time_s: float = 0.0
     cudagraphs: dict = field(default_factory=dict)
+    function: str | None = None     # the compiled user function, "qualname (file:line)"
+    compile_id: str | None = None   # Dynamo's compile id ("0/1"), as TORCH_LOGS and tlparse show it
+    debug_dir: str | None = None    # this graph's debug folder, when written
+    fusion_svg: str | None = None   # the fusion picture in it
 
 
 _COMPILED: list[CompiledGraph] = []
@@ -48,7 +52,9 @@ def compiled_graphs() -> list[CompiledGraph]:
 
 
 def reset() -> None:
+    """Forget this process's compiled graphs and CUDA graph pools; `torch.compiler.reset()` calls it."""
     _COMPILED.clear()
+    _POOLS.clear()
 
 
 def fuse_all(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, **kwargs):
@@ -56,7 +62,13 @@ def fuse_all(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, 
     opts = parse(mode, options)
     backend = capture.make_backend(lambda graph: compile_graph(graph, opts, mode),
                                    decompositions=_decompositions(), name="fuse_all")
-    return backend(gm, example_inputs)
+    with progress.Progress("tracing", opts.progress) as bar:
+        bar.set_phase("AOTAutograd tracing")
+        return backend(gm, example_inputs)
+
+
+fuse_all.reset = reset   # torch.compiler.reset() calls reset() on every backend it cached
+logs.register()
 
 
 @functools.lru_cache(None)
@@ -71,50 +83,56 @@ def compile_graph(graph, opts: Options, mode=None):
     """Compile one ATen graph (inference, forward or backward); returns a boxed callable."""
     start = time.perf_counter()
     record = CompiledGraph(graph.graph_id, graph.kind, graph.device)
-    folder = _debug_folder(graph, opts)
-    if folder:
-        folder.write("aten_graph.txt", capture.format_graph(graph))
-    try:
-        call = _compile(graph, opts, record, folder)
-    except OptionError:
-        raise          # the user's configuration, not this graph: falling back would hide it
-    except Exception as exc:  # noqa: BLE001 - any failure becomes an ATen fallback, never a broken program
-        if not opts.fallback:
-            raise
-        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        log.warning("fuse_all: graph %s runs in ATen (%s)", graph.graph_id, reason)
-        record.fallback_reason = reason
-        call = _aten_call(graph.graph_module)
-    call = _maybe_cudagraphs(call, graph, opts, record)
+    outputs = emit.GraphOutputs.start(graph)   # what the debug folder, TORCH_LOGS and TORCH_TRACE show
+    with progress.for_graph(graph.kind, opts.progress) as bar:
+        try:
+            call = _compile(graph, opts, record, outputs, bar)
+        except OptionError:
+            raise      # the user's configuration, not this graph: falling back would hide it
+        except Exception as exc:  # noqa: BLE001 - any failure becomes an ATen fallback, never a broken program
+            if not opts.fallback:
+                raise
+            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            log.warning("fuse_all: graph %s runs in ATen (%s)", graph.graph_id, reason)
+            record.fallback_reason = reason
+            call = _aten_call(graph.graph_module)
+        if opts.cudagraphs:
+            bar.set_phase("CUDA graphs")
+        with outputs.timed("cudagraphs"):
+            call = _maybe_cudagraphs(call, graph, opts, record)
     record.compile_time_s = time.perf_counter() - start
     _COMPILED.append(record)
     del _COMPILED[:-_MAX_KEPT]
+    emit.finish(outputs, record, force_debug=opts.debug)   # never raises
     provenance.write_compiled(graph, record, mode)  # never raises: the editor's record can't break a compile
     return call
 
 
-def _compile(graph, opts: Options, record: CompiledGraph, folder):
-    compiled = ir.lower(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device)
+def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
+    bar.set_phase("lowering and fusing")
+    with outputs.timed("lower_fuse_schedule"):
+        compiled = ir.lower(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device)
     program = compiled.program
+    outputs.compiled = compiled
     target = _target_for(program.device, opts)
-    source = ir.render_host_program(program, target)
     record.kernels = list(program.kernels.values())
-    record.kernel_sources = {k.name: target.kernel_source(k) for k in record.kernels}
+    bar.set_phase("rendering kernels", total_kernels=len(record.kernels))
+    with outputs.timed("render"):
+        source = ir.render_host_program(program, target)
+        record.kernel_sources = {}
+        for kernel in record.kernels:
+            record.kernel_sources[kernel.name] = target.kernel_source(kernel)
+            bar.kernel_done()
+    outputs.host_source = source
     record.language = target.language
     record.steps = [s for s in program.steps if isinstance(s, (ir.KernelCall, ir.ExternCall))]
     record.externs = [s for s in record.steps if isinstance(s, ir.ExternCall)]
     record.report = program.report
     _warn_lowered_ops_in_aten(graph.graph_id, record.externs)
-    if folder:
-        folder.write("ir_before_fusion.txt", ir.format_lowered(compiled.lowered))
-        folder.write("ir_after_fusion.txt", ir.format_program(program))
-        folder.write("fusion_report.txt", program.report.to_text())
-        for name, text in record.kernel_sources.items():
-            folder.write(f"kernels/{name}.{'cpp' if target.language == 'cpp' else 'py'}", text)
-    module = ir.load_host_program(source)   # the private cache folder `host`
+    bar.set_phase(f"compiling {len(record.kernels)} kernels")
+    with outputs.timed("compile_kernels"):
+        module = ir.load_host_program(source)   # the private cache folder `host`
     record.output_code = module.__fuse_all_path__
-    if folder:
-        folder.write("output_code.py", source)
     call = module.call
     call._boxed_call = True
     return call
@@ -132,10 +150,6 @@ def _warn_lowered_ops_in_aten(graph_id: str, externs) -> None:
     more = f" and {len(degraded) - 3} more" if len(degraded) > 3 else ""
     log.warning("fuse_all: graph %s: %d op%s run as ATen calls instead of fused kernels: %s%s", graph_id,
                 len(degraded), "" if len(degraded) == 1 else "s", ", ".join(shown), more)
-
-
-def _debug_folder(graph, opts: Options):
-    return debug.DebugDir.for_graph(graph.graph_id, force=opts.debug)
 
 
 def _target_for(device: str, opts: Options):

@@ -1,23 +1,31 @@
 """The debug folder: with `FUSE_ALL_DEBUG=1` (or torch's `TORCH_COMPILE_DEBUG=1`), one folder per graph.
 
-    <root>/<graph_id>/aten_graph.txt        the captured ATen graph with user source lines
-                      ir_before_fusion.txt  the lowered IR
-                      ir_after_fusion.txt   the scheduled program
-                      fusion_report.txt     what fused, and why every other pair did not
-                      output_code.py        the runnable host program
-                      kernels/<name>.<ext>  each kernel's source
+    <root>/<graph>/aten_graph.txt        the captured ATen graph with user source lines
+                   fx_graph_runnable.py  a standalone repro: the graph on random inputs, eager vs fuse_all
+                   ir_before_fusion.txt  the lowered IR
+                   ir_after_fusion.txt   the scheduled program
+                   fusion_report.txt     what fused, and why every other pair did not
+                   fusion.svg            the picture of it (ops grouped into kernels, unfused edges' reasons)
+                   output_code.py        the runnable host program
+                   kernels/<name>.<ext>  each kernel's source
+                   graph.json            graph id, Dynamo compile id, AOT graph name, compile phases
 
-<root> is `$FUSE_ALL_DEBUG_DIR`, else `./fuse_all_debug/run_<timestamp>_<pid>`; its path is printed once
-per process on stderr. Folders are created 0700 and files written through O_EXCL temporary files and a
-rename (never through a symlink); a root that another user owns or may write to (or, for the default one,
-a run folder someone created before us) is refused with a warning and a fresh private folder
-(`tempfile.mkdtemp`) is used instead. Debug output is best effort: a folder that cannot be written logs a
-warning and the compile goes on.
+With `TORCH_COMPILE_DEBUG=1` <root> is `fuse_all/` inside torch's own run folder
+(`torch_compile_debug/run_<time>-pid_<pid>/fuse_all/`) and <graph> is named like Inductor's folders, by
+AOTAutograd's graph name and a counter (`model__0_forward_1.0`); graph.json maps it to our graph id.
+Otherwise <root> is `$FUSE_ALL_DEBUG_DIR`, else `./fuse_all_debug/run_<timestamp>_<pid>`, and <graph> is
+the graph id. The root is printed once per process on stderr. Folders are created 0700 and files written
+through O_EXCL temporary files and a rename (never through a symlink); a root that another user owns or may
+write to (or, for the default one, a run folder someone created before us) is refused with a warning and a
+fresh private folder (`tempfile.mkdtemp`) is used instead. Debug output is best effort: a folder that cannot
+be written logs a warning and the compile goes on.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -26,6 +34,8 @@ from pathlib import Path, PurePosixPath
 from typing import Mapping
 
 from fuse_all_ir import UnsafeDirectory, atomic_write, check_private
+
+from . import torch_compat
 
 log = logging.getLogger("fuse_all")
 
@@ -37,6 +47,9 @@ IR_BEFORE_FUSION = "ir_before_fusion.txt"
 IR_AFTER_FUSION = "ir_after_fusion.txt"
 FUSION_REPORT = "fusion_report.txt"
 OUTPUT_CODE = "output_code.py"
+FX_GRAPH_RUNNABLE = "fx_graph_runnable.py"
+FUSION_SVG = "fusion.svg"
+GRAPH_JSON = "graph.json"
 KERNELS = "kernels"
 
 _KERNEL_SUFFIX = {"cpp": ".cpp", "triton": ".py"}
@@ -54,12 +67,22 @@ def debug_enabled(env: Mapping[str, str] | None = None) -> bool:
     return any(env.get(name, "").strip().lower() in _TRUE for name in ENABLE_VARIABLES)
 
 
+def torch_layout(env: Mapping[str, str] | None = None) -> bool:
+    """Our folders go inside torch's run folder: TORCH_COMPILE_DEBUG=1 and no FUSE_ALL_DEBUG_DIR."""
+    env = os.environ if env is None else env
+    return env.get("TORCH_COMPILE_DEBUG", "").strip().lower() in _TRUE and not env.get(DIR_VARIABLE)
+
+
 def debug_root(env: Mapping[str, str] | None = None) -> Path:
     """The folder that holds this process's graph folders (absolute)."""
     global _default_root
     env = os.environ if env is None else env
     if env.get(DIR_VARIABLE):
         return Path(env[DIR_VARIABLE]).expanduser().absolute()
+    if torch_layout(env):
+        torch_run = torch_compat.torch_debug_dir()
+        if torch_run:
+            return Path(torch_run).absolute() / "fuse_all"
     with _lock:
         if _default_root is None:
             # One run folder per process, fixed at its first compile, so all its graphs land together.
@@ -75,22 +98,27 @@ class DebugDir:
         self.path = Path(path)
 
     @classmethod
-    def for_graph(cls, graph_id: str, *, force: bool = False) -> DebugDir | None:
+    def for_graph(cls, graph_id: str, *, force: bool = False, aot_name: str | None = None) -> DebugDir | None:
         """The folder of `graph_id`, created; None when debug output is off (and not `force`d) or the
-        folder cannot be created."""
+        folder cannot be created. `aot_name` (AOTAutograd's graph name) names it in torch's layout."""
         if not (force or debug_enabled()):
             return None
         if not graph_id or any(c in graph_id for c in "/\\") or graph_id in (".", ".."):
             raise ValueError(f"not a graph id: {graph_id!r}")
+        root = debug_root()
         try:
-            root = _prepared_root(debug_root())
-            for folder in (root / graph_id, root / graph_id / KERNELS):
+            root = _prepared_root(root)
+            if torch_layout() and aot_name and _SAFE_NAME.fullmatch(aot_name):
+                folder = _new_numbered_folder(root, aot_name)
+            else:
+                folder = root / graph_id
                 _private_subfolder(folder)
+            _private_subfolder(folder / KERNELS)
         except OSError as error:
-            log.warning("fuse-all: cannot create the debug folder %s: %s", debug_root() / graph_id, error)
+            log.warning("fuse-all: cannot create the debug folder under %s: %s", root, error)
             return None
         _announce(root)
-        return cls(root / graph_id)
+        return cls(folder)
 
     def write(self, name: str, text: str) -> Path | None:
         """Write `text` to `name` (a relative path such as "kernels/kernel_0.cpp"); the written path, or
@@ -108,6 +136,21 @@ class DebugDir:
     def write_kernel(self, name: str, source: str, language: str) -> Path | None:
         """kernels/<name>.cpp for C++ kernels, kernels/<name>.py for Triton ones."""
         return self.write(f"{KERNELS}/{name}{_KERNEL_SUFFIX.get(language, '.txt')}", source)
+
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
+
+
+def _new_numbered_folder(root: Path, name: str) -> Path:
+    """`<root>/<name>.<n>` for the first n not taken (Inductor's scheme), created."""
+    for n in itertools.count():
+        folder = root / f"{name}.{n}"
+        try:
+            os.mkdir(folder, 0o700)
+            return folder
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
 
 
 def _prepared_root(root: Path) -> Path:

@@ -18,9 +18,11 @@ class Options:
     autotune: bool = True          # benchmark Triton configs on first launch (else heuristics)
     fallback: bool = True          # on a compile error run the graph in ATen with a warning (False: raise)
     debug: bool = False            # write the debug folder (also FUSE_ALL_DEBUG=1 / TORCH_COMPILE_DEBUG=1)
+    progress: bool | None = None   # progress line: None = FUSE_ALL_PROGRESS decides (auto: terminals only)
 
 
 _CHOICES = {"codegen": ("auto", "cpp", "triton")}
+_OPTIONAL_BOOLS = {"progress"}
 
 
 def parse(mode=None, options=None) -> Options:
@@ -37,8 +39,10 @@ def parse(mode=None, options=None) -> Options:
     for key, value in dict(options or {}).items():
         if key not in valid:
             raise OptionError(f"fuse_all: unknown option {key!r}; valid options: {', '.join(sorted(valid))}")
-        expected = type(getattr(Options(), key))
-        if expected is bool and not isinstance(value, bool) or expected is int and (
+        expected = bool if key in _OPTIONAL_BOOLS else type(getattr(Options(), key))
+        if key in _OPTIONAL_BOOLS and value is None:
+            pass
+        elif expected is bool and not isinstance(value, bool) or expected is int and (
                 isinstance(value, bool) or not isinstance(value, int)) or expected is str and not isinstance(value, str):
             raise OptionError(f"fuse_all: option {key!r} takes a {expected.__name__}, got {value!r}")
         if key in _CHOICES and value not in _CHOICES[key]:

@@ -111,6 +111,13 @@ def record_for_compile(graph: Any, compiled: Any, mode: str | None) -> dict[str,
     )
     if getattr(compiled, "fallback_reason", None):
         record["fallback_reason"] = str(compiled.fallback_reason)
+    # Optional fields (schema 1 readers ignore unknown fields): where the tools can find more.
+    if getattr(compiled, "compile_id", None):
+        record["compile_id"] = str(compiled.compile_id)
+    for name in ("fusion_svg", "debug_dir"):
+        path = getattr(compiled, name, None)
+        if isinstance(path, (str, os.PathLike)) and path:
+            record[name] = os.path.abspath(path)
     return record
 
 
