@@ -30,6 +30,7 @@ class CompiledGraph:
     device: str
     kernels: list = field(default_factory=list)     # ir.Kernel
     kernel_sources: dict = field(default_factory=dict)
+    kernel_bytes: dict = field(default_factory=dict)   # kernel name -> bytes read + written per call
     language: str = ""
     externs: list = field(default_factory=list)     # ir.ExternCall
     report: object = None
@@ -98,6 +99,7 @@ def _compile(graph, opts: Options, record: CompiledGraph, folder):
     source = ir.render_host_program(program, target)
     record.kernels = list(program.kernels.values())
     record.kernel_sources = {k.name: target.kernel_source(k) for k in record.kernels}
+    record.kernel_bytes = {k.name: provenance.kernel_bytes(program, k) for k in record.kernels}
     record.language = target.language
     record.externs = [s for s in program.steps if isinstance(s, ir.ExternCall)]
     record.report = program.report

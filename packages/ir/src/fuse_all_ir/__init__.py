@@ -7,7 +7,8 @@ from .__about__ import __version__
 from .api import Compiled, lower, lowered_ops
 from .printing import format_kernel, format_lowered, format_program
 from .dtypes import UnsupportedDtype, dtype_name, torch_dtype
-from .host import KernelTarget, load_host_program, render_host_program
+from .host import (KernelTarget, extern_range_name, graph_range_name, kernel_range_name, load_host_program,
+                   render_host_program)
 from .program import (
     BINARY_OPS, DTYPES, OP_ARITY, REDUCTION_OPS, TERNARY_OPS, UNARY_OPS,
     Alloc, BufferRef, Compute, Const, ExternCall, Free, GraphInput, IndexValue, Kernel, KernelCall, Load, Loop,
@@ -21,5 +22,6 @@ __all__ = [
     "render_host_program", "BINARY_OPS", "DTYPES", "OP_ARITY", "REDUCTION_OPS", "TERNARY_OPS", "UNARY_OPS",
     "Alloc", "BufferRef", "Compute", "Const", "ExternCall", "Free", "GraphInput", "IndexValue", "Kernel",
     "KernelCall", "Load", "Loop", "Origin", "Program", "Reduce", "Store", "TensorSpec", "FloorDiv",
-    "ModularIndexing", "rvar", "size_symbol", "xvar", "contiguous_strides",
+    "ModularIndexing", "rvar", "size_symbol", "xvar", "contiguous_strides", "graph_range_name", "kernel_range_name",
+    "extern_range_name",
 ]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = "fuse-all-artifact"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MAX_RECORD_BYTES = 8 * 1024 * 1024
 GRAPH_ID = re.compile(r"[A-Za-z0-9_-]+\Z")
 
