@@ -1,4 +1,5 @@
-"""`fuse-all.compileFile`: run the user's file with their interpreter so its compiles write records.
+"""`fuse-all.compileFile` / `fuse-all.profileFile`: run the user's file with their interpreter so its
+compiles write records (and, profiling, `python -m fuse_all.profiling` adds where the time went).
 
 The file runs in a child process with FUSE_ALL_ARTIFACT_DIR pointing at the server's artifact
 directory; the server itself never imports the user's code or torch.
@@ -73,17 +74,19 @@ class _Progress:
             self.server.work_done_progress.tokens.pop(self.token, None)
 
 
-async def compile_file(server: FuseAllServer, uri: str) -> dict[str, Any]:
+async def compile_file(server: FuseAllServer, uri: str, profile: bool = False) -> dict[str, Any]:
     path = to_fs_path(uri) or ""
     directory = server.artifact_dir
     directory.mkdir(parents=True, exist_ok=True)
     progress = _Progress(server)
-    await progress.begin(f"fuse-all: compiling {Path(path).name}")
+    await progress.begin(f"fuse-all: {'profiling' if profile else 'compiling'} {Path(path).name}")
     started_ns = time.time_ns()
     environment = dict(os.environ, FUSE_ALL_ARTIFACT_DIR=str(directory), PYTHONUNBUFFERED="1")
+    runner = ["-m", "fuse_all.profiling"] if profile else []
     try:
         process = await asyncio.create_subprocess_exec(
             server.python,
+            *runner,
             path,
             cwd=os.path.dirname(path) or None,
             env=environment,
@@ -122,7 +125,7 @@ async def compile_file(server: FuseAllServer, uri: str) -> dict[str, Any]:
     server.refresh_views()
     ok = returncode == 0 and not progress.cancelled
     summary = (
-        f"{plural(records, 'graph')} compiled"
+        f"{plural(records, 'graph')} {'profiled' if profile else 'compiled'}"
         if ok
         else ("cancelled" if progress.cancelled else f"{Path(path).name} exited with {returncode}")
     )
