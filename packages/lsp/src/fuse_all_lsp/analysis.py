@@ -125,7 +125,7 @@ class Analysis:
         where = self._range(line, 0, end=0)
         lenses = [self._lens(line, shown)]
         timing = profile_view.graph_time(shown)
-        title = f"⏱ {timing} · Profile again" if timing else "Profile"
+        title = f"{timing} · Profile again" if timing else "Profile"
         lenses.append(types.CodeLens(where, types.Command(title=title, command=PROFILE_FILE, arguments=[_uri(self.path)])))
         pictures = [s.record for s in shown if s.record.fusion_svg]
         for record in pictures:
@@ -172,25 +172,25 @@ class Analysis:
         return list(locations.values())
 
     def inlay_hints(self, first_line: int, last_line: int) -> list[types.InlayHint]:
+        """`→ kernel_0` after each line whose ops went into a kernel; once profiled, the line's time instead
+        (VS Code cuts a line's hints at 43 characters together: the kernel names move to the tooltip)."""
         hints = []
         for line in sorted(self.hits):
             if not first_line <= line <= min(last_line, len(self.lines)):
                 continue
             end = self._range(line, len(self.lines[line - 1])).start
-            label = render.inlay_label(self.hits[line])
-            if label is not None:
-                tooltip = render.inlay_tooltip(self.hits[line]) or None
-                hints.append(types.InlayHint(position=end, label=label, padding_left=True, tooltip=tooltip))
-            cost = profile_view.line_cost(self.hits[line])
-            if cost is not None:
-                hints.append(
-                    types.InlayHint(
-                        position=end,
-                        label=profile_view.inlay_label(cost),
-                        padding_left=True,
-                        tooltip=profile_view.inlay_tooltip(cost),
-                    )
-                )
+            hits = self.hits[line]
+            cost = profile_view.line_cost(hits)
+            label = profile_view.inlay_label(cost) if cost else render.inlay_label(hits)
+            if label is None:
+                continue
+            tooltip = "\n".join(
+                part
+                for part in (render.inlay_label(hits) if cost else None, render.inlay_tooltip(hits),
+                             profile_view.inlay_tooltip(cost) if cost else None)
+                if part
+            )
+            hints.append(types.InlayHint(position=end, label=label, padding_left=True, tooltip=tooltip or None))
         return hints
 
     def diagnostics(self) -> list[types.Diagnostic]:

@@ -55,12 +55,11 @@ class LineCost:
         return self.share >= HOT_SHARE
 
     def count_text(self) -> str:
-        parts = []
-        if self.kernels or not self.aten_calls:
-            parts.append(plural(self.kernels, "kernel"))
+        if self.kernels and self.aten_calls:  # short: VS Code cuts hints at 43 characters
+            return f"{plural(self.kernels, 'kernel')}+{self.aten_calls} ATen"
         if self.aten_calls:
-            parts.append(plural(self.aten_calls, "ATen call"))
-        return " + ".join(parts)
+            return plural(self.aten_calls, "ATen call")
+        return plural(self.kernels, "kernel")
 
 
 def line_cost(hits: list[LineHit]) -> LineCost | None:
@@ -75,8 +74,12 @@ def line_cost(hits: list[LineHit]) -> LineCost | None:
     return LineCost(us, us / total if total > 0 else 0.0, len(kernels), len(externs), graphs)
 
 
+HOT_MARK = "▲"  # in every common monospace font, unlike the emoji a timer or flame would need
+
+
 def inlay_label(cost: LineCost) -> str:
-    return f"{'🔥' if cost.hot else '⏱'} {duration(cost.us)} · {percent(cost.share)} · {cost.count_text()}"
+    label = f"{duration(cost.us)}/call · {percent(cost.share)} · {cost.count_text()}"
+    return f"{HOT_MARK} {label}" if cost.hot else label
 
 
 def basis_text(record: Record) -> str:
@@ -168,5 +171,5 @@ def function_section(record: Record) -> str | None:
         return None
     hottest = sorted(profile.lines, key=lambda entry: -entry.us)[:3]
     where = ", ".join(f"line {entry.line} {duration(entry.us)} ({percent(entry.share)})" for entry in hottest)
-    text = f"⏱ {duration(profile.graph_us)} per call ({basis_text(record)})"
+    text = f"Profile: {duration(profile.graph_us)} per call ({basis_text(record)})"
     return text + (f" · hottest: {where}" if where else "")
