@@ -78,6 +78,8 @@ def graph_calls(events: Iterable[Any]) -> dict[str, list[GraphCall]]:
                 continue
             aten: dict[str, tuple[float, float]] = {}
             for op in child.cpu_children:
+                if not op.name.startswith("aten::"):  # runtime calls such as cudaLaunchKernel
+                    continue
                 cpu, device = aten.get(op.name, (0.0, 0.0))
                 aten[op.name] = (cpu + float(op.cpu_time_total), device + _device_time(op))
             steps.append(StepCall(child_parts[1], float(child.cpu_time_total), _device_time(child), aten))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -219,6 +220,10 @@ def test_vscode_profiles_the_file_shows_the_time_per_line_and_opens_the_fusion_p
             "lineText": "def pointwise(x):",
             "hotLineText": "h = self.fc(x)",
             "hotWord": "self",
+            "hotLine": sample_project.line_of("h = self.fc(x)"),
+            "kernelLineText": "return a * b + 1.0",
+            "kernelWord": "return",
+            "kernelLine": sample_project.line_of("return a * b + 1.0"),
             "nodeLine": cos,
             "screenshots": str(shots),
         }
@@ -245,6 +250,47 @@ def test_vscode_profiles_the_file_shows_the_time_per_line_and_opens_the_fusion_p
     assert any("/call · Profile again" in lens for lens in result["lensesAfter"])
     hover = result["hover"]
     assert "fuse-all profile · line " in hover and "aten.addmm.default" in hover and "per call" in hover
+    kernel_hover = result["kernelHover"]
+    kernel_line = sample_project.line_of("return a * b + 1.0")
+    assert f"fuse-all profile · line {kernel_line} · " in kernel_hover and "kernel_0 (cos" in kernel_hover
+    assert re.search(r"\d+(\.\d+)? (GB|MB)/s \(128 B moved\)", kernel_hover), kernel_hover
     assert {path.name for path in shots.glob("*.png")} >= {
-        "vscode-fusion-picture.png", "vscode-profile-hints.png", "vscode-profile-hover.png"
+        "vscode-fusion-picture.png", "vscode-profile-hints.png", "vscode-profile-hover.png",
+        "vscode-profile-hover-kernel.png",
     }
+
+
+def test_vscode_says_once_how_to_install_a_missing_language_server(compiled_sample, isolated_env, tmp_path):
+    """An interpreter without fuse_all_lsp: one message with the install command, not one per Python file."""
+    if reason := editor_tools.missing(required_tools()):
+        pytest.skip(reason)
+    bare = tmp_path / "bare-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    python = str(bare / "bin" / "python")
+    env = {key: value for key, value in isolated_env.items() if key != "PYTHONPATH"}
+    check = subprocess.run([python, "-c", "import fuse_all_lsp"], env=env, capture_output=True, timeout=60)
+    assert check.returncode != 0, "the bare venv must not see the language server"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    for name in ("first.py", "second.py"):
+        shutil.copy(compiled_sample.source, workspace / name)
+    user_data, extensions = install_extension(tmp_path, compiled_sample.artifact_dir, env)
+    settings_file = user_data / "User" / "settings.json"
+    settings_file.write_text(json.dumps({**json.loads(settings_file.read_text()), "fuseAll.python": python}))
+    screenshot = tmp_path / "vscode-missing-server.png"
+    with running_code_server(editor_tools.code_server(), workspace, user_data, extensions, env) as url:
+        driver = {"url": url, "chromium": editor_tools.chromium(), "files": ["first.py", "second.py"],
+                  "screenshot": str(screenshot)}
+        run = subprocess.run(
+            ["node", str(editor_tools.EDITORS / "vscode_missing_server.mjs"), json.dumps(driver)],
+            cwd=editor_tools.EDITORS, env=env, capture_output=True, text=True, timeout=240,
+        )
+    editor_tools.save_ci_artifact(screenshot)
+    assert run.stdout.strip(), f"the driver printed nothing (exit {run.returncode}): {run.stderr[-3000:]}"
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["ok"], result
+    ours = [message for message in result["messages"] if "fuse-all" in message]
+    assert len(ours) == 1, result["messages"]
+    assert f"not installed in {python}" in ours[0]
+    assert f"{python} -m pip install <path to your fuse-all checkout>/packages/lsp" in ours[0]
+    assert "Copy install command" in ours[0]

@@ -1,8 +1,8 @@
 // Drives VS Code (code-server) in headless Chromium through the profile workflow a user follows:
 // open the sample, open the fusion picture from its code lens and click a node (the editor jumps to
 // that line), click the "Profile" code lens, wait for the per-line time hints, hover the hottest line.
-// Usage: node vscode_profile.mjs '<json>' with url, chromium, file, lineText, hotLineText, hotWord,
-// nodeLine, screenshots (folder). Prints one JSON line.
+// Usage: node vscode_profile.mjs '<json>' with url, chromium, file, lineText, hotLineText, hotWord, hotLine,
+// kernelLineText, kernelWord, kernelLine, nodeLine, screenshots (folder). Prints one JSON line.
 import { chromium } from 'playwright-core';
 
 const args = JSON.parse(process.argv[2]);
@@ -78,29 +78,13 @@ async function main() {
     step('profile hints shown');
     await shoot(page, 'vscode-profile-hints.png');
 
-    // The hot line's hover: the profile table above the kernels.
-    const deadline = Date.now() + 60000;
-    while (Date.now() < deadline) {
-      const line = page.locator('.monaco-editor .view-lines .view-line').filter({ hasText: args.hotLineText }).first();
-      const token = line.locator('span > span').filter({ hasText: new RegExp(`^${args.hotWord}$`) }).first();
-      const box = await token.boundingBox();
-      await page.mouse.move(box.x, 5);
-      await page.waitForTimeout(150);
-      await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
-      try {
-        await page.waitForFunction(
-          () => [...document.querySelectorAll('.monaco-hover')].some((h) => h.innerText.includes('fuse-all profile')),
-          null, { timeout: 4000 },
-        );
-        break;
-      } catch {
-        // hover again
-      }
-    }
-    const hover = page.locator('.monaco-hover:not(.hidden) .monaco-hover-content, .monaco-hover:not(.hidden) .hover-contents');
-    result.hover = normalize((await hover.allInnerTexts()).join('\n'));
+    // The hot lines' hovers: the profile table above the kernels (an ATen call's line, then a kernel's).
+    result.hover = await hoverLine(page, args.hotLineText, args.hotWord, args.hotLine);
     await page.waitForTimeout(700);
     await shoot(page, 'vscode-profile-hover.png');
+    result.kernelHover = await hoverLine(page, args.kernelLineText, args.kernelWord, args.kernelLine);
+    await page.waitForTimeout(700);
+    await shoot(page, 'vscode-profile-hover-kernel.png');
     step('hover');
     result.ok = true;
   } catch (error) {
@@ -114,6 +98,29 @@ async function main() {
     await browser.close();
   }
   process.stdout.write(JSON.stringify(result) + '\n');
+}
+
+async function hoverLine(page, lineText, word, number) {
+    const deadline = Date.now() + 60000;
+    while (Date.now() < deadline) {
+      const line = page.locator('.monaco-editor .view-lines .view-line').filter({ hasText: lineText }).first();
+      const token = line.locator('span > span').filter({ hasText: new RegExp(`^${word}$`) }).first();
+      const box = await token.boundingBox();
+      await page.mouse.move(box.x, 5);
+      await page.waitForTimeout(150);
+      await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+      try {
+        await page.waitForFunction(
+          (heading) => [...document.querySelectorAll('.monaco-hover:not(.hidden)')].some((h) => h.innerText.replace(/\u00a0/g, ' ').includes(heading)),
+          `fuse-all profile · line ${number} ·`, { timeout: 4000 },
+        );
+        break;
+      } catch {
+        // hover again
+      }
+    }
+    const hover = page.locator('.monaco-hover:not(.hidden) .monaco-hover-content', { hasText: `line ${number}` }).first();
+    return normalize(await hover.innerText());
 }
 
 await main();
