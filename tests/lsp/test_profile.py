@@ -183,3 +183,30 @@ async def test_a_malformed_profile_skips_the_record_with_the_field_named(start_s
     assert [entry["path"] for entry in skipped] == [str(path)]
     assert skipped[0]["reason"].startswith("profile.basis: expected")
     await eventually(lambda: any("profile.basis" in m.message for m in client.log_messages), what="a log line")
+
+
+@pytest.mark.parametrize("entry", ["bench.py", "-m bench"])
+async def test_the_profile_command_runs_the_configured_entry_with_its_arguments(
+    start_server, compiled_sample, tmp_path, entry
+):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    source = workspace / "example.py"
+    shutil.copy(compiled_sample.source, source)
+    (workspace / "bench.py").write_text(
+        "import sys\nimport torch\nfrom example import pointwise\n\n"
+        "for _ in range(int(sys.argv[1])):\n    pointwise(torch.randn(16))\n"
+    )
+    artifacts = workspace / "artifacts"
+    options = {"python": sys.executable, "profileEntry": entry, "profileArgs": ["6"]}
+    client = await start_server(artifact_dir=artifacts, root=workspace, options=options)
+    uri = open_document(client, source)
+    result = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="fuse-all.profileFile", arguments=[uri])
+    )
+    assert result["ok"] is True and result["records"] == 1, result
+    (record,) = load_records(artifacts)
+    assert record.function.name == "pointwise" and record.function.file == str(source)
+    assert record.profile.calls == 5 and record.profile.warmup_calls == 1  # bench.py called it 6 times
+    reports = next(iter(client.progress_reports.values()))
+    assert reports[0].title == f"fuse-all: profiling {'bench' if entry.startswith('-m') else 'bench.py'}"

@@ -14,9 +14,14 @@ let log: vscode.LogOutputChannel;
 let starting: Promise<void> = Promise.resolve();
 const warnedInterpreters = new Set<string>();
 
-function initializationOptions(python: string): Record<string, string> {
+function initializationOptions(python: string): Record<string, unknown> {
   const settings = vscode.workspace.getConfiguration('fuseAll');
-  return { python, artifactDir: settings.get<string>('artifactDir', '').trim() };
+  return {
+    python,
+    artifactDir: settings.get<string>('artifactDir', '').trim(),
+    profileEntry: settings.get<string>('profileEntry', '').trim(),
+    profileArgs: settings.get<string[]>('profileArgs', []),
+  };
 }
 
 /** One message per interpreter and session, with the install command; never a toast per file. */

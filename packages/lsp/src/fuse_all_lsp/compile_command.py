@@ -74,12 +74,27 @@ class _Progress:
             self.server.work_done_progress.tokens.pop(self.token, None)
 
 
+def profile_target(server: FuseAllServer, path: str) -> tuple[list[str], str]:
+    """What fuse-all.profileFile runs, and where: the file, or the `profileEntry` setting (a script, relative
+    to the workspace folder holding the file, or `-m module` run there) with `profileArgs`."""
+    entry, arguments = server.settings.profile_entry, list(server.settings.profile_args)
+    if not entry:
+        return [path, *arguments], os.path.dirname(path)
+    root = next((r for r in server.roots() if os.path.commonpath([r, path]) == r), os.path.dirname(path))
+    if entry.startswith("-m "):
+        return ["-m", entry[3:].strip(), *arguments], root
+    script = entry if os.path.isabs(entry) else os.path.join(root, entry)
+    return [script, *arguments], os.path.dirname(script)
+
+
 async def compile_file(server: FuseAllServer, uri: str, profile: bool = False) -> dict[str, Any]:
     path = to_fs_path(uri) or ""
     directory = server.artifact_dir
     directory.mkdir(parents=True, exist_ok=True)
+    target, cwd = profile_target(server, path) if profile else ([path], os.path.dirname(path))
     progress = _Progress(server)
-    await progress.begin(f"fuse-all: {'profiling' if profile else 'compiling'} {Path(path).name}")
+    shown = target[1] if target[0] == "-m" else Path(target[0]).name
+    await progress.begin(f"fuse-all: {'profiling' if profile else 'compiling'} {shown}")
     started_ns = time.time_ns()
     environment = dict(os.environ, FUSE_ALL_ARTIFACT_DIR=str(directory), PYTHONUNBUFFERED="1")
     runner = ["-m", "fuse_all.profiling"] if profile else []
@@ -87,8 +102,8 @@ async def compile_file(server: FuseAllServer, uri: str, profile: bool = False) -
         process = await asyncio.create_subprocess_exec(
             server.python,
             *runner,
-            path,
-            cwd=os.path.dirname(path) or None,
+            *target,
+            cwd=cwd or None,
             env=environment,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -127,7 +142,7 @@ async def compile_file(server: FuseAllServer, uri: str, profile: bool = False) -
     summary = (
         f"{plural(records, 'graph')} {'profiled' if profile else 'compiled'}"
         if ok
-        else ("cancelled" if progress.cancelled else f"{Path(path).name} exited with {returncode}")
+        else ("cancelled" if progress.cancelled else f"{shown} exited with {returncode}")
     )
     progress.end(summary)
     if not ok and not progress.cancelled:
@@ -136,5 +151,5 @@ async def compile_file(server: FuseAllServer, uri: str, profile: bool = False) -
             types.ShowMessageParams(type=types.MessageType.Error, message=f"fuse-all: {summary}\n{detail}")
         )
     else:
-        server.log(types.MessageType.Info, f"{Path(path).name}: {summary}")
+        server.log(types.MessageType.Info, f"{shown}: {summary}")
     return {"ok": ok, "returncode": returncode, "records": records, "output": list(tail)}

@@ -32,6 +32,8 @@ class Settings:
     artifact_dir: str | None = None
     python: str | None = None
     poll_interval_s: float = 1.0
+    profile_entry: str | None = None  # what fuse-all.profileFile runs instead of the file: a script or "-m module"
+    profile_args: tuple[str, ...] = ()
 
     def update(self, options: Any) -> None:
         if not isinstance(options, dict):
@@ -42,6 +44,11 @@ class Settings:
             self.artifact_dir = options["artifactDir"] or None
         if isinstance(options.get("python"), str):
             self.python = options["python"] or None
+        if isinstance(options.get("profileEntry"), str):
+            self.profile_entry = options["profileEntry"].strip() or None
+        arguments = options.get("profileArgs")
+        if isinstance(arguments, list) and all(isinstance(argument, str) for argument in arguments):
+            self.profile_args = tuple(arguments)
         interval = options.get("pollInterval")
         if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval > 0:
             self.poll_interval_s = max(float(interval), 0.05)
