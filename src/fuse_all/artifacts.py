@@ -1,6 +1,6 @@
 """Artifact records: one JSON document per compiled graph for the editor (docs/artifact-record.md).
 
-Every compile leaves one, no flag needed. `build_record` checks the document against schema version 1,
+Every compile leaves one, no flag needed. `build_record` checks the document against schema version 2,
 `write_record` writes it atomically under the size limit the language server enforces. Writing is best
 effort: a failure is a logged warning, never a failed compile.
 """
@@ -24,7 +24,7 @@ from .__about__ import __version__
 log = logging.getLogger("fuse_all")
 
 SCHEMA = "fuse-all-artifact"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: kernel `bytes`, the `profile` section (fuse_all.profiling)
 MAX_RECORD_BYTES = 8 * 1024 * 1024
 DIR_VARIABLE = "FUSE_ALL_ARTIFACT_DIR"
 GRAPH_ID = re.compile(r"[A-Za-z0-9_-]+\Z")
@@ -72,7 +72,7 @@ def build_record(
     output_code: str | os.PathLike[str] | None,
     created: float | None = None,
 ) -> dict[str, Any]:
-    """A schema-1 record; raises RecordError for a field of the wrong type.
+    """A schema-2 record; raises RecordError for a field of the wrong type.
 
     `function` is a FunctionInfo (name, file, first_line, last_line) or a dict with those keys; a missing
     last_line is found with `ast`. Source lines without an absolute file and a line >= 1 are dropped rather
@@ -201,7 +201,16 @@ def _kernel(kernel: Mapping[str, Any], where: str) -> dict[str, Any]:
         "aten_ops": _texts(f"{where}.aten_ops", kernel.get("aten_ops", [])),
         "source_lines": source_lines(kernel.get("source_lines", [])),
         "output_code_line": _line(output_code_line),
+        "bytes": _bytes(f"{where}.bytes", kernel.get("bytes")),
     }
+
+
+def _bytes(where: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise RecordError(f"{where}: expected a byte count (int >= 0) or null, got {value!r}")
+    return value
 
 
 def _extern(extern: Mapping[str, Any], where: str) -> dict[str, Any]:

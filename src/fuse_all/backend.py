@@ -29,6 +29,7 @@ class CompiledGraph:
     device: str
     kernels: list = field(default_factory=list)     # ir.Kernel
     kernel_sources: dict = field(default_factory=dict)
+    kernel_bytes: dict = field(default_factory=dict)   # kernel name -> bytes read + written per call
     language: str = ""
     externs: list = field(default_factory=list)     # ir.ExternCall
     steps: list = field(default_factory=list)       # ir.KernelCall / ir.ExternCall, in the order they run
@@ -124,6 +125,7 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
             record.kernel_sources[kernel.name] = target.kernel_source(kernel)
             bar.kernel_done()
     outputs.host_source = source
+    record.kernel_bytes = {k.name: provenance.kernel_bytes(program, k) for k in record.kernels}
     record.language = target.language
     record.steps = [s for s in program.steps if isinstance(s, (ir.KernelCall, ir.ExternCall))]
     record.externs = [s for s in record.steps if isinstance(s, ir.ExternCall)]

@@ -38,6 +38,8 @@ class Op:
     target: str
     location: str                  # "file.py:12" or ""
     code: str
+    file: str = ""                 # absolute path of the source line, for the editor's click-to-jump
+    line: int | None = None
 
 
 def groups_from_program(program: Any, fx_nodes: Iterable[str]) -> list[Group]:
@@ -83,7 +85,8 @@ def ops_from_graph(graph_module: Any) -> tuple[dict[str, Op], list[tuple[str, st
             continue
         location = node.meta.get("source_loc") or {}
         where = f"{os.path.basename(location.get('file') or '')}:{location.get('line')}" if location else ""
-        ops[node.name] = Op(node.name, str(node.target), where, (location.get("code") or "") if location else "")
+        ops[node.name] = Op(node.name, str(node.target), where, (location.get("code") or "") if location else "",
+                            location.get("file") or "", location.get("line"))
         for producer in node.all_input_nodes:
             if producer.op == "call_function":
                 edges.append((producer.name, node.name))
@@ -167,7 +170,9 @@ def render(graph_id: str, ops: dict[str, Op], edges: list[tuple[str, str]], grou
         op = ops[name]
         short = op.target.removeprefix("aten.").removesuffix(".default")
         tooltip = f"{op.name} = {op.target}\n{op.location}  {op.code}".strip()
-        out.append(f'<g class="op" id="op-{escape(name)}"><title>{escape(tooltip)}</title>'
+        jump = (f' data-file="{escape(op.file)}" data-line="{int(op.line)}"'
+                if op.file and isinstance(op.line, int) else "")
+        out.append(f'<g class="op node" id="op-{escape(name)}"{jump}><title>{escape(tooltip)}</title>'
                    f'<rect x="{x}" y="{top}" width="{NODE_W}" height="{NODE_H}" rx="4" fill="white" stroke="#607d8b"/>'
                    f'<text x="{x + 6}" y="{top + 15}" font-weight="bold">{escape(_clip(short, 26))}</text>'
                    f'<text x="{x + 6}" y="{top + 30}" fill="#455a64">{escape(_clip(op.location or op.name, 28))}</text></g>')

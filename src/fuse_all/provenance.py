@@ -41,10 +41,41 @@ def output_code_lines(output_code: str | None, names: Iterable[str]) -> dict[str
     return found
 
 
+def kernel_bytes(program: Any, kernel: Any) -> int | None:
+    """Bytes one launch of `kernel` reads and writes: each distinct buffer it takes, whole, at the sizes the
+    graph was compiled for (size hints for dynamic sizes). The denominator of achieved bandwidth; None when
+    a size is unknown."""
+    import sympy
+
+    from fuse_all_ir import torch_dtype
+
+    specs = {inp.name: inp.spec for inp in getattr(program, "inputs", ()) if getattr(inp, "spec", None)}
+    for step in getattr(program, "steps", ()):  # ATen results are buffers no Alloc step lists
+        for name, spec in zip(getattr(step, "outputs", ()), getattr(step, "out_specs", ())):
+            if name and spec is not None:
+                specs[name] = spec
+    specs.update(getattr(program, "buffers", {}))
+    hints = getattr(program, "size_hints", {})
+    total = 0
+    for name in dict.fromkeys([*kernel.inputs, *kernel.outputs]):
+        spec = specs.get(name)
+        if spec is None:
+            continue  # a constant embedded in the host program: small
+        try:
+            numel = 1
+            for extent in spec.size:
+                numel *= int(sympy.sympify(extent).subs(hints))
+            total += numel * torch_dtype(spec.dtype).itemsize
+        except (TypeError, ValueError, KeyError, AttributeError):
+            return None
+    return total
+
+
 def kernel_entries(kernels: Iterable[Any], sources: Mapping[str, str], language: str,
-                   output_code: str | None) -> list[dict[str, Any]]:
-    """Record kernels from IR kernels (name, kind, origins) and their rendered sources."""
+                   output_code: str | None, traffic: Mapping[str, int | None] | None = None) -> list[dict[str, Any]]:
+    """Record kernels from IR kernels (name, kind, origins), their rendered sources and bytes moved."""
     kernels = list(kernels)
+    traffic = traffic or {}
     lines = output_code_lines(output_code, [k.name for k in kernels])
     return [{
         "name": kernel.name,
@@ -54,6 +85,7 @@ def kernel_entries(kernels: Iterable[Any], sources: Mapping[str, str], language:
         "aten_ops": _unique(getattr(o, "aten_op", None) for o in getattr(kernel, "origins", ())),
         "source_lines": artifacts.source_lines(getattr(kernel, "origins", ())),
         "output_code_line": lines.get(kernel.name),
+        "bytes": traffic.get(kernel.name),
     } for kernel in kernels]
 
 
@@ -102,7 +134,8 @@ def record_for_compile(graph: Any, compiled: Any, mode: str | None) -> dict[str,
         graph_kind=graph.kind,
         compile_time_s=float(getattr(compiled, "compile_time_s", 0.0)),
         kernels=kernel_entries(getattr(compiled, "kernels", ()), getattr(compiled, "kernel_sources", {}),
-                               getattr(compiled, "language", "") or "cpp", output_code),
+                               getattr(compiled, "language", "") or "cpp", output_code,
+                               getattr(compiled, "kernel_bytes", None)),
         externs=extern_entries(getattr(compiled, "externs", ())),
         fusion=fusion_entries(getattr(compiled, "report", None)),
         graph_breaks=graph_breaks(graph.function) if graph.function else [],

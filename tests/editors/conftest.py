@@ -21,6 +21,12 @@ def compiled_sample(tmp_path_factory: pytest.TempPathFactory):
     return sample_project.compile_sample_once(tmp_path_factory)
 
 
+@pytest.fixture(scope="session")
+def profiled_sample(tmp_path_factory: pytest.TempPathFactory):
+    """The sample run once under `python -m fuse_all.profiling` (CPU): records with a profile section."""
+    return sample_project.compile_sample_once(tmp_path_factory, profile=True)
+
+
 @pytest.fixture
 def isolated_env(tmp_path: Path) -> dict[str, str]:
     """The environment with XDG folders inside the test's tmp dir, so editors leave $HOME alone."""

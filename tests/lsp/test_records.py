@@ -96,7 +96,7 @@ def _with(document: dict, dotted: str, value) -> dict:
     ("field", "value", "message"),
     [
         ("schema", "someone-elses-artifact", "not a fuse-all record"),
-        ("schema_version", 2, "newer than this server reads"),
+        ("schema_version", 3, "newer than this server reads"),
         ("schema_version", "1", "schema_version: expected an integer"),
         ("schema_version", True, "schema_version: expected an integer"),
         ("graph_id", "../../etc/passwd", "graph_id"),

@@ -70,8 +70,10 @@ async def test_code_lens_above_each_compiled_function_opens_the_generated_code(s
     lenses = await client.text_document_code_lens_async(
         types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri))
     )
-    by_line = {lens.range.start.line + 1: lens for lens in lenses}
+    by_line = {lens.range.start.line + 1: lens for lens in lenses if lens.command.command != "fuse-all.profileFile"}
     assert set(by_line) == {line_of("@torch.compile"), line_of("def forward"), line_of("opt = torch.compile(model")}
+    profile_lenses = {lens.range.start.line + 1 for lens in lenses if lens.command.command == "fuse-all.profileFile"}
+    assert profile_lenses == set(by_line), "a Profile lens beside each summary"
     for lens in by_line.values():
         assert lens.command is not None and LENS_TITLE.match(lens.command.title), lens.command
         assert lens.command.command == "fuse-all.openOutputCode"

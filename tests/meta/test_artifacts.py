@@ -48,7 +48,7 @@ def sample_record(**overrides):
 
 def test_built_record_follows_schema_1_and_parses_in_the_server(tmp_path):
     record = sample_record()
-    assert record["schema"] == "fuse-all-artifact" and record["schema_version"] == 1
+    assert record["schema"] == "fuse-all-artifact" and record["schema_version"] == 2
     # last_line was missing: found with ast; sha256 is of the file's bytes.
     assert record["function"]["first_line"] == 21 and record["function"]["last_line"] == 23
     import hashlib

@@ -29,17 +29,51 @@ export async function resolvePython(log: vscode.LogOutputChannel): Promise<strin
   return process.platform === 'win32' ? 'python' : 'python3';
 }
 
-/** Resolves to an error message when `python` cannot import the server, else to undefined. */
-export function checkServerInstalled(python: string): Promise<string | undefined> {
+/**
+ * Calls `onChange` when the Python extension's active interpreter changes (when that extension is
+ * installed); the caller decides whether it matters (it does not while `fuseAll.python` is set).
+ */
+export async function watchInterpreter(
+  log: vscode.LogOutputChannel,
+  onChange: () => void,
+): Promise<vscode.Disposable | undefined> {
+  if (!vscode.extensions.getExtension(PYTHON_EXTENSION_ID)) {
+    return undefined;
+  }
+  try {
+    const { PythonExtension } = await import('@vscode/python-extension');
+    const api = await PythonExtension.api();
+    return api.environments.onDidChangeActiveEnvironmentPath(() => onChange());
+  } catch (error) {
+    log.warn(`cannot follow the Python extension's interpreter: ${String(error)}`);
+    return undefined;
+  }
+}
+
+export type ServerCheck =
+  | { ok: true }
+  | { ok: false; kind: 'no-interpreter' | 'no-server'; detail: string };
+
+/** Whether `python` runs and can import the language server. */
+export function checkServerInstalled(python: string): Promise<ServerCheck> {
   return new Promise((resolve) => {
     execFile(python, ['-c', 'import fuse_all_lsp'], { timeout: 20000 }, (error, _stdout, stderr) => {
       if (!error) {
-        resolve(undefined);
+        resolve({ ok: true });
       } else if ((error as NodeJS.ErrnoException).code === 'ENOENT') {
-        resolve(`the interpreter ${python} was not found; set fuseAll.python`);
+        resolve({ ok: false, kind: 'no-interpreter', detail: `the interpreter ${python} was not found` });
       } else {
-        resolve(`${python} cannot import fuse_all_lsp (pip install fuse-all-lsp): ${stderr.trim().split('\n').pop() ?? ''}`);
+        resolve({ ok: false, kind: 'no-server', detail: stderr.trim().split('\n').pop() ?? '' });
       }
     });
   });
+}
+
+/**
+ * The command that installs the server into `python`. fuse-all-lsp is not on PyPI yet: it installs from
+ * a checkout of the fuse-all repository.
+ */
+export function installCommand(python: string): string {
+  const quoted = /\s/.test(python) ? `"${python}"` : python;
+  return `${quoted} -m pip install <path to your fuse-all checkout>/packages/lsp`;
 }

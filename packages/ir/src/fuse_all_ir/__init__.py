@@ -11,7 +11,8 @@ from .cache_dirs import (
     UnsafeDirectory, LockWaitAbandoned, atomic_write, cache_root, check_private, exclusive_lock, make_private, private_dir,
     read_regular_file, sweep_stale_temps, temp_file, user_cache_dir,
 )
-from .host import KernelTarget, load_host_program, render_host_program
+from .host import (KernelTarget, extern_range_name, graph_range_name, kernel_range_name, load_host_program,
+                   render_host_program)
 from .program import (
     BINARY_OPS, DTYPES, OP_ARITY, REDUCTION_OPS, TERNARY_OPS, UNARY_OPS,
     Alloc, BufferRef, Compute, Const, ExternCall, Free, GraphInput, IndexValue, Kernel, KernelCall, Load, Loop,
@@ -25,7 +26,8 @@ __all__ = [
     "render_host_program", "BINARY_OPS", "DTYPES", "OP_ARITY", "REDUCTION_OPS", "TERNARY_OPS", "UNARY_OPS",
     "Alloc", "BufferRef", "Compute", "Const", "ExternCall", "Free", "GraphInput", "IndexValue", "Kernel",
     "KernelCall", "Load", "Loop", "Origin", "Program", "Reduce", "Store", "TensorSpec", "FloorDiv",
-    "ModularIndexing", "rvar", "size_symbol", "xvar", "contiguous_strides",
+    "ModularIndexing", "rvar", "size_symbol", "xvar", "contiguous_strides", "graph_range_name", "kernel_range_name",
+    "extern_range_name",
     "UnsafeDirectory", "LockWaitAbandoned", "atomic_write", "cache_root", "check_private", "exclusive_lock", "make_private",
     "private_dir", "read_regular_file", "sweep_stale_temps", "temp_file", "user_cache_dir",
 ]

@@ -4,6 +4,11 @@ runs kernels and ATen calls in order.
 The module is what actually runs (the compiler imports it), so the file a user reads in the debug folder
 is the code that ran. A codegen plugs in through `KernelTarget`: it renders the module prelude that defines
 one launcher per kernel, and the one line that launches a kernel.
+
+Under torch.profiler, `call` runs `_call_profiled` instead: the same steps, the call and each kernel launch
+and ATen call in a profiler range (`profile_range_names`), so a trace shows our kernels by name and
+`fuse_all.profiling` can map their time back to source lines. Without a profiler the cost is one check
+of a module-level bool per call.
 """
 from __future__ import annotations
 
@@ -112,7 +117,8 @@ def render_host_program(program: Program, target: KernelTarget) -> str:
         "# Run it directly (`python output_code.py`) to call the graph on random inputs and time it.",
         "import torch",
         "from torch import empty_strided, as_strided",
-        "from fuse_all_ir.runtime import ensure_layout",
+        "from torch.autograd import profiler as _fa_profiler",
+        "from fuse_all_ir.runtime import ensure_layout, profile_range as _fa_range",
         "",
         target.render_prelude(program),
         "",
@@ -121,14 +127,35 @@ def render_host_program(program: Program, target: KernelTarget) -> str:
         for name, value in program.constants.items():
             lines.append(f"{name} = torch.tensor({value.tolist()!r}, dtype={value.dtype}).reshape("
                          f"{tuple(value.shape)!r}).to({program.device!r})")
-    lines += ["", "", "def call(args):"]
-    body = _render_call_body(program, target)
-    lines += ["    " + line for line in body]
+    lines += ["", "", "def call(args):",
+              "    if _fa_profiler._is_profiler_enabled:",
+              "        return _call_profiled(args)"]
+    lines += ["    " + line for line in _render_call_body(program, target)]
+    lines += ["", "", "def _call_profiled(args):", f"    with _fa_range({graph_range_name(program.graph_id)!r}):"]
+    lines += ["        " + line for line in _render_call_body(program, target, profiled=True)]
     lines += ["", "", _render_main(program)]
     return "\n".join(lines) + "\n"
 
 
-def _render_call_body(program: Program, target: KernelTarget) -> list[str]:
+def graph_range_name(graph_id: str) -> str:
+    """The profiler range around one call of a graph's host program."""
+    return f"fuse_all::{graph_id}"
+
+
+def kernel_range_name(graph_id: str, kernel: str) -> str:
+    return f"fuse_all::{graph_id}::{kernel}"
+
+
+def extern_range_name(graph_id: str, index: int, target: str) -> str:
+    """`index` counts the program's ExternCall steps in order (the artifact record lists them so)."""
+    return f"fuse_all::{graph_id}::extern_{index}::{target}"
+
+
+def _in_range(name: str, lines: list[str]) -> list[str]:
+    return [f"with _fa_range({name!r}):", *("    " + line for line in lines)]
+
+
+def _render_call_body(program: Program, target: KernelTarget, profiled: bool = False) -> list[str]:
     names = [inp.name for inp in program.inputs]
     body = []
     if names:
@@ -136,6 +163,7 @@ def _render_call_body(program: Program, target: KernelTarget) -> list[str]:
         body.append("args.clear()")
     for sym, host_expr in program.size_symbols.items():
         body.append(f"{sym} = {host_expr}")
+    externs = 0
     for step in program.steps:
         if isinstance(step, Alloc):
             body.append(_alloc(step.buffer, program.buffers[step.buffer], program.device))
@@ -143,10 +171,15 @@ def _render_call_body(program: Program, target: KernelTarget) -> list[str]:
             body.append(f"del {step.buffer}")
         elif isinstance(step, KernelCall):
             kernel = program.kernels[step.kernel]
-            body.append(target.render_launch(kernel, list(kernel.inputs) + list(kernel.outputs),
-                                             [str(s) for s in kernel.size_symbols]))
+            launch = [target.render_launch(kernel, list(kernel.inputs) + list(kernel.outputs),
+                                           [str(s) for s in kernel.size_symbols])]
+            body += _in_range(kernel_range_name(program.graph_id, kernel.name), launch) if profiled else launch
         elif isinstance(step, ExternCall):
-            body += _render_extern(step)
+            lines = _render_extern(step)
+            if profiled:
+                lines = _in_range(extern_range_name(program.graph_id, externs, str(step.target)), lines)
+            externs += 1
+            body += lines
         else:
             raise TypeError(f"unknown step {step!r}")
     outs = [_render_output(o) for o in program.outputs]

@@ -5,6 +5,11 @@ import time
 
 import torch
 
+try:  # the cheaper range Inductor's launchers use (torch >= 2.2); the public one otherwise
+    from torch._C._profiler import _RecordFunctionFast as profile_range
+except ImportError:  # pragma: no cover - older or trimmed builds
+    from torch.autograd.profiler import record_function as profile_range
+
 
 def ensure_layout(tensor: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
     """An ATen call may pick another memory layout than tracing predicted (e.g. cuDNN's channels-last);

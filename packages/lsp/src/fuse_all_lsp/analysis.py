@@ -12,7 +12,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
-from . import render
+from . import profile_view, render
 from .index import RecordIndex, Shown, assign_to_functions
 from .pysource import CompileCall, FunctionInfo, scan_source
 from .resolve import CallResolver, ScanFile
@@ -20,6 +20,8 @@ from .resolve import CallResolver, ScanFile
 SOURCE = "fuse-all"
 OPEN_OUTPUT_CODE = "fuse-all.openOutputCode"
 COMPILE_FILE = "fuse-all.compileFile"
+PROFILE_FILE = "fuse-all.profileFile"
+SHOW_FUSION = "fuse-all.showFusion"
 
 
 @dataclass(frozen=True)
@@ -105,15 +107,30 @@ class Analysis:
             else:
                 text = render.not_compiled_hover(target.label, call.backend)
             return _hover(text, self._range(call.line, call.start, call.end_line, call.end))
-        text = render.line_hover(line, self.hits.get(line, []))
+        hits = self.hits.get(line, [])
+        sections = [profile_view.hover_section(line, hits), render.line_hover(line, hits)]
+        text = "\n\n---\n\n".join(section for section in sections if section)
         return _hover(text, self._line_range(line)) if text else None
 
     def code_lenses(self) -> list[types.CodeLens]:
         lenses = []
         for function, shown in self.compiled_functions():
-            lenses.append(self._lens(function.first_line, shown))
+            lenses += self._lenses(function.first_line, shown)
         for call in self.scan.calls:
-            lenses.append(self._lens(call.line, self.call_target(call).shown))
+            lenses += self._lenses(call.line, self.call_target(call).shown)
+        return lenses
+
+    def _lenses(self, line: int, shown: list[Shown]) -> list[types.CodeLens]:
+        """The summary (opens the generated code), Profile, and the fusion picture when there is one."""
+        where = self._range(line, 0, end=0)
+        lenses = [self._lens(line, shown)]
+        timing = profile_view.graph_time(shown)
+        title = f"{timing} · Profile again" if timing else "Profile"
+        lenses.append(types.CodeLens(where, types.Command(title=title, command=PROFILE_FILE, arguments=[_uri(self.path)])))
+        pictures = [s.record for s in shown if s.record.fusion_svg]
+        for record in pictures:
+            title = "Fusion picture" + (f": {record.graph_kind or record.graph_id}" if len(pictures) > 1 else "")
+            lenses.append(types.CodeLens(where, types.Command(title=title, command=SHOW_FUSION, arguments=[record.fusion_svg, record.graph_id])))
         return lenses
 
     def _lens(self, line: int, shown: list[Shown]) -> types.CodeLens:
@@ -155,21 +172,25 @@ class Analysis:
         return list(locations.values())
 
     def inlay_hints(self, first_line: int, last_line: int) -> list[types.InlayHint]:
+        """`→ kernel_0` after each line whose ops went into a kernel; once profiled, the line's time instead
+        (VS Code cuts a line's hints at 43 characters together: the kernel names move to the tooltip)."""
         hints = []
         for line in sorted(self.hits):
             if not first_line <= line <= min(last_line, len(self.lines)):
                 continue
-            label = render.inlay_label(self.hits[line])
+            end = self._range(line, len(self.lines[line - 1])).start
+            hits = self.hits[line]
+            cost = profile_view.line_cost(hits)
+            label = profile_view.inlay_label(cost) if cost else render.inlay_label(hits)
             if label is None:
                 continue
-            hints.append(
-                types.InlayHint(
-                    position=self._range(line, len(self.lines[line - 1])).start,
-                    label=label,
-                    padding_left=True,
-                    tooltip=render.inlay_tooltip(self.hits[line]) or None,
-                )
+            tooltip = "\n".join(
+                part
+                for part in (render.inlay_label(hits) if cost else None, render.inlay_tooltip(hits),
+                             profile_view.inlay_tooltip(cost) if cost else None)
+                if part
             )
+            hints.append(types.InlayHint(position=end, label=label, padding_left=True, tooltip=tooltip or None))
         return hints
 
     def diagnostics(self) -> list[types.Diagnostic]:

@@ -1,4 +1,5 @@
-"""`fuse-all.compileFile`: run the user's file with their interpreter so its compiles write records.
+"""`fuse-all.compileFile` / `fuse-all.profileFile`: run the user's file with their interpreter so its
+compiles write records (and, profiling, `python -m fuse_all.profiling` adds where the time went).
 
 The file runs in a child process with FUSE_ALL_ARTIFACT_DIR pointing at the server's artifact
 directory; the server itself never imports the user's code or torch.
@@ -73,19 +74,36 @@ class _Progress:
             self.server.work_done_progress.tokens.pop(self.token, None)
 
 
-async def compile_file(server: FuseAllServer, uri: str) -> dict[str, Any]:
+def profile_target(server: FuseAllServer, path: str) -> tuple[list[str], str]:
+    """What fuse-all.profileFile runs, and where: the file, or the `profileEntry` setting (a script, relative
+    to the workspace folder holding the file, or `-m module` run there) with `profileArgs`."""
+    entry, arguments = server.settings.profile_entry, list(server.settings.profile_args)
+    if not entry:
+        return [path, *arguments], os.path.dirname(path)
+    root = next((r for r in server.roots() if os.path.commonpath([r, path]) == r), os.path.dirname(path))
+    if entry.startswith("-m "):
+        return ["-m", entry[3:].strip(), *arguments], root
+    script = entry if os.path.isabs(entry) else os.path.join(root, entry)
+    return [script, *arguments], os.path.dirname(script)
+
+
+async def compile_file(server: FuseAllServer, uri: str, profile: bool = False) -> dict[str, Any]:
     path = to_fs_path(uri) or ""
     directory = server.artifact_dir
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)   # private, as the compiler wants it
+    target, cwd = profile_target(server, path) if profile else ([path], os.path.dirname(path))
     progress = _Progress(server)
-    await progress.begin(f"fuse-all: compiling {Path(path).name}")
+    shown = target[1] if target[0] == "-m" else Path(target[0]).name
+    await progress.begin(f"fuse-all: {'profiling' if profile else 'compiling'} {shown}")
     started_ns = time.time_ns()
     environment = dict(os.environ, FUSE_ALL_ARTIFACT_DIR=str(directory), PYTHONUNBUFFERED="1")
+    runner = ["-m", "fuse_all.profiling"] if profile else []
     try:
         process = await asyncio.create_subprocess_exec(
             server.python,
-            path,
-            cwd=os.path.dirname(path) or None,
+            *runner,
+            *target,
+            cwd=cwd or None,
             env=environment,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -122,9 +140,9 @@ async def compile_file(server: FuseAllServer, uri: str) -> dict[str, Any]:
     server.refresh_views()
     ok = returncode == 0 and not progress.cancelled
     summary = (
-        f"{plural(records, 'graph')} compiled"
+        f"{plural(records, 'graph')} {'profiled' if profile else 'compiled'}"
         if ok
-        else ("cancelled" if progress.cancelled else f"{Path(path).name} exited with {returncode}")
+        else ("cancelled" if progress.cancelled else f"{shown} exited with {returncode}")
     )
     progress.end(summary)
     if not ok and not progress.cancelled:
@@ -133,5 +151,5 @@ async def compile_file(server: FuseAllServer, uri: str) -> dict[str, Any]:
             types.ShowMessageParams(type=types.MessageType.Error, message=f"fuse-all: {summary}\n{detail}")
         )
     else:
-        server.log(types.MessageType.Info, f"{Path(path).name}: {summary}")
+        server.log(types.MessageType.Info, f"{shown}: {summary}")
     return {"ok": ok, "returncode": returncode, "records": records, "output": list(tail)}

@@ -11,7 +11,7 @@ from functools import lru_cache
 from stat import S_ISREG
 
 from .pysource import FunctionInfo, SourceScan
-from .records import Extern, GraphBreak, Kernel, Record, RejectedFusion
+from .records import Extern, GraphBreak, Kernel, LineTime, Record, RejectedFusion
 
 
 @lru_cache(maxsize=4096)
@@ -67,6 +67,7 @@ class LineHit:
     extern: Extern | None = None
     rejected: RejectedFusion | None = None
     graph_break: GraphBreak | None = None
+    time: LineTime | None = None
 
 
 def _content_key(record: Record) -> tuple:
@@ -129,6 +130,8 @@ class RecordIndex:
                     self._hits[normalize(file)][line].append(LineHit(item, rejected=rejected))
             for graph_break in record.graph_breaks:
                 self._hits[normalize(graph_break.file)][graph_break.line].append(LineHit(item, graph_break=graph_break))
+            for time in record.profile.lines if record.profile else ():
+                self._hits[normalize(time.file)][time.line].append(LineHit(item, time=time))
 
     def of_file(self, path: str) -> list[Shown]:
         """Records whose compiled function lives in `path`."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = "fuse-all-artifact"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MAX_RECORD_BYTES = 8 * 1024 * 1024
 GRAPH_ID = re.compile(r"[A-Za-z0-9_-]+\Z")
 
@@ -58,6 +58,7 @@ class Kernel:
     aten_ops: tuple[str, ...]
     source_lines: tuple[SourceLine, ...]
     output_code_line: int | None
+    bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,63 @@ class CompiledFunction:
 
 
 @dataclass(frozen=True)
+class KernelTime:
+    name: str
+    us: float
+    share: float
+    launches_per_call: float | None
+    bytes: int | None
+    gbps: float | None
+
+
+@dataclass(frozen=True)
+class AtenTime:
+    name: str
+    us: float
+
+
+@dataclass(frozen=True)
+class ExternTime:
+    index: int
+    target: str
+    us: float
+    share: float
+    aten_ops: tuple[AtenTime, ...]
+
+
+@dataclass(frozen=True)
+class LineTime:
+    file: str
+    line: int
+    us: float
+    share: float
+    kernels: tuple[str, ...]
+    externs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Where a graph's time went, per call (`python -m fuse_all.profiling`; docs/artifact-record.md)."""
+
+    created: float
+    basis: str  # "cpu" | "device"
+    calls: int
+    warmup_calls: int
+    graph_us: float
+    host_us: float | None
+    other_us: float | None
+    kernels: tuple[KernelTime, ...]
+    externs: tuple[ExternTime, ...]
+    lines: tuple[LineTime, ...]
+
+    def kernel(self, name: str) -> KernelTime | None:
+        return next((k for k in self.kernels if k.name == name), None)
+
+    def extern(self, index: int) -> ExternTime | None:
+        return next((e for e in self.externs if e.index == index), None)
+
+
+@dataclass(frozen=True)
 class Record:
     path: str
     graph_id: str
@@ -123,6 +181,8 @@ class Record:
     graph_breaks: tuple[GraphBreak, ...]
     cudagraphs: CudaGraphs | None
     output_code: str | None
+    profile: Profile | None = None
+    fusion_svg: str | None = None
 
     @property
     def fused_op_count(self) -> int:
@@ -167,6 +227,9 @@ class _Fields:
     def flag(self, key: str) -> bool:
         return self._get(key, lambda v: isinstance(v, bool), "true or false", True, False)
 
+    def count(self, key: str, required: bool = True) -> Any:
+        return self._get(key, _is_count, "an integer >= 0", required, None)
+
     def texts(self, key: str) -> tuple[str, ...]:
         items = self._get(key, lambda v: isinstance(v, list), "a list", False, [])
         for index, item in enumerate(items):
@@ -185,6 +248,10 @@ class _Fields:
 
 def _is_line(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _is_finite_number(value: Any) -> bool:
@@ -216,6 +283,7 @@ def _kernel(fields: _Fields) -> Kernel:
         aten_ops=fields.texts("aten_ops"),
         source_lines=fields.objects("source_lines", _source_line),
         output_code_line=fields.line("output_code_line", required=False),
+        bytes=fields.count("bytes", required=False),
     )
 
 
@@ -244,6 +312,62 @@ def _rejected(fields: _Fields) -> RejectedFusion:
 
 def _graph_break(fields: _Fields) -> GraphBreak:
     return GraphBreak(file=_absolute(fields, "file"), line=fields.line("line"), reason=fields.text("reason"))
+
+
+def _kernel_time(fields: _Fields) -> KernelTime:
+    return KernelTime(
+        name=fields.text("name"),
+        us=fields.number("us"),
+        share=fields.number("share"),
+        launches_per_call=fields.number("launches_per_call", required=False),
+        bytes=fields.count("bytes", required=False),
+        gbps=fields.number("gbps", required=False),
+    )
+
+
+def _aten_time(fields: _Fields) -> AtenTime:
+    return AtenTime(name=fields.text("name"), us=fields.number("us"))
+
+
+def _extern_time(fields: _Fields) -> ExternTime:
+    return ExternTime(
+        index=fields.count("index"),
+        target=fields.text("target"),
+        us=fields.number("us"),
+        share=fields.number("share"),
+        aten_ops=fields.objects("aten_ops", _aten_time),
+    )
+
+
+def _line_time(fields: _Fields) -> LineTime:
+    externs = fields._get("externs", lambda v: isinstance(v, list) and all(map(_is_count, v)), "a list of indices",
+                          False, [])
+    return LineTime(
+        file=_absolute(fields, "file"),
+        line=fields.line("line"),
+        us=fields.number("us"),
+        share=fields.number("share"),
+        kernels=fields.texts("kernels"),
+        externs=tuple(externs),
+    )
+
+
+def _profile(fields: _Fields) -> Profile:
+    basis = fields.text("basis")
+    if basis not in ("cpu", "device"):
+        raise RecordError(f"{fields._path('basis')}: expected \"cpu\" or \"device\", got {basis!r}")
+    return Profile(
+        created=fields.number("created", required=False) or 0.0,
+        basis=basis,
+        calls=fields.count("calls"),
+        warmup_calls=fields.count("warmup_calls", required=False) or 0,
+        graph_us=fields.number("graph_us"),
+        host_us=fields.number("host_us", required=False),
+        other_us=fields.number("other_us", required=False),
+        kernels=fields.objects("kernels", _kernel_time),
+        externs=fields.objects("externs", _extern_time),
+        lines=fields.objects("lines", _line_time),
+    )
 
 
 def _function(fields: _Fields) -> CompiledFunction:
@@ -281,6 +405,10 @@ def parse_record(document: Any, path: str = "") -> Record:
     output_code = top.text("output_code", required=False)
     if output_code is not None and not os.path.isabs(output_code):
         raise RecordError(f"output_code: expected an absolute path, got {output_code!r}")
+    fusion_svg = top.text("fusion_svg", required=False)
+    if fusion_svg is not None and not os.path.isabs(fusion_svg):
+        raise RecordError(f"fusion_svg: expected an absolute path, got {fusion_svg!r}")
+    profile = top.object("profile", required=False)
     return Record(
         path=path,
         graph_id=graph_id,
@@ -301,6 +429,8 @@ def parse_record(document: Any, path: str = "") -> Record:
         if cudagraphs
         else None,
         output_code=output_code,
+        profile=_profile(profile) if profile else None,
+        fusion_svg=fusion_svg,
     )
 
 

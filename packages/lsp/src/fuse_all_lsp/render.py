@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from urllib.parse import quote
 
 from .index import LineHit, Shown
 from .records import Kernel, Record, SourceLine
@@ -66,6 +68,12 @@ def output_code_link(record: Record, line: int | None = None) -> str:
     return f"[{Path(record.output_code).name}]({uri})"
 
 
+def fusion_link(record: Record) -> str:
+    """A command link VS Code opens in a webview (the client trusts this one command)."""
+    arguments = quote(json.dumps([record.fusion_svg, record.graph_id]))
+    return f"[{Path(record.fusion_svg or '').name}](command:fuse-all.showFusion?{arguments})"
+
+
 def kernel_section(record: Record, kernel: Kernel) -> str:
     facts = [f"**{code_span(kernel.name)}**", *(fact for fact in (kernel.kind, kernel.language) if fact)]
     if kernel.aten_ops:
@@ -102,8 +110,15 @@ def record_section(item: Shown, with_summary: bool) -> str:
         parts.append(
             f"{STALE}: {Path(record.function.file).name} changed since this compile; compile again to refresh."
         )
+    from .profile_view import function_section  # it builds on this module
+
+    timing = function_section(record)
+    if timing:
+        parts.append(timing)
     if record.output_code:
         parts.append("Generated code: " + output_code_link(record))
+    if record.fusion_svg:
+        parts.append("Fusion picture: " + fusion_link(record))
     for kernel in record.kernels[:MAX_KERNELS]:
         parts.append(kernel_section(record, kernel))
     if len(record.kernels) > MAX_KERNELS:

@@ -16,7 +16,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from .__about__ import __version__
-from .analysis import COMPILE_FILE, OPEN_OUTPUT_CODE, SOURCE, Analysis
+from .analysis import COMPILE_FILE, OPEN_OUTPUT_CODE, PROFILE_FILE, SHOW_FUSION, SOURCE, Analysis
 from .compile_command import compile_file as compile_file_command
 from .index import RecordIndex, SourceHashes, select_current
 from .pysource import SourceScan, scan_source
@@ -32,6 +32,8 @@ class Settings:
     artifact_dir: str | None = None
     python: str | None = None
     poll_interval_s: float = 1.0
+    profile_entry: str | None = None  # what fuse-all.profileFile runs instead of the file: a script or "-m module"
+    profile_args: tuple[str, ...] = ()
 
     def update(self, options: Any) -> None:
         if not isinstance(options, dict):
@@ -42,6 +44,11 @@ class Settings:
             self.artifact_dir = options["artifactDir"] or None
         if isinstance(options.get("python"), str):
             self.python = options["python"] or None
+        if isinstance(options.get("profileEntry"), str):
+            self.profile_entry = options["profileEntry"].strip() or None
+        arguments = options.get("profileArgs")
+        if isinstance(arguments, list) and all(isinstance(argument, str) for argument in arguments):
+            self.profile_args = tuple(arguments)
         interval = options.get("pollInterval")
         if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval > 0:
             self.poll_interval_s = max(float(interval), 0.05)
@@ -241,5 +248,27 @@ def create_server(artifact_dir: str | None = None, python: str | None = None) ->
             )
             return {"ok": False, "error": "no file given"}
         return await compile_file_command(ls, uri)
+
+    @server.command(PROFILE_FILE)
+    async def profile_file(ls: FuseAllServer, *arguments: Any) -> dict[str, Any]:
+        uri = arguments[0] if arguments and isinstance(arguments[0], str) else None
+        if uri is None or to_fs_path(uri) is None:
+            ls.window_show_message(
+                types.ShowMessageParams(type=types.MessageType.Error, message=f"{SOURCE}: no file to profile")
+            )
+            return {"ok": False, "error": "no file given"}
+        return await compile_file_command(ls, uri, profile=True)
+
+    @server.command(SHOW_FUSION)
+    async def show_fusion(ls: FuseAllServer, *arguments: Any) -> bool:
+        """Editors without a webview (the VS Code client shows it itself): open the SVG outside the editor."""
+        if not arguments or not isinstance(arguments[0], str) or not os.path.isabs(arguments[0]):
+            return False
+        if not arguments[0].endswith(".svg") or not os.path.isfile(arguments[0]):
+            return False
+        result = await ls.window_show_document_async(
+            types.ShowDocumentParams(uri=Path(arguments[0]).as_uri(), external=True)
+        )
+        return bool(result and result.success)
 
     return server
