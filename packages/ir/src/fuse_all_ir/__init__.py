@@ -7,7 +7,8 @@ from .__about__ import __version__
 from .api import Compiled, lower, lowered_ops
 from .printing import format_kernel, format_lowered, format_program
 from .dtypes import UnsupportedDtype, dtype_name, torch_dtype
-from .host import KernelTarget, load_host_program, render_host_program
+from .host import HostProgramError, KernelTarget, load_host_program, render_host_program, unresolved_names
+from .sympy_functions import FUNCTIONS as SYMPY_FUNCTIONS, UnsupportedSymbolic
 from .program import (
     BINARY_OPS, DTYPES, OP_ARITY, REDUCTION_OPS, TERNARY_OPS, UNARY_OPS,
     Alloc, BufferRef, Compute, Const, ExternCall, Free, GraphInput, IndexValue, Kernel, KernelCall, Load, Loop,
@@ -18,6 +19,7 @@ from .symbolic import FloorDiv, ModularIndexing, rvar, size_symbol, xvar
 
 __all__ = [
     "__version__", "Compiled", "lower", "lowered_ops", "format_kernel", "format_lowered", "format_program", "UnsupportedDtype", "dtype_name", "torch_dtype", "KernelTarget", "load_host_program",
+    "HostProgramError", "unresolved_names", "SYMPY_FUNCTIONS", "UnsupportedSymbolic",
     "render_host_program", "BINARY_OPS", "DTYPES", "OP_ARITY", "REDUCTION_OPS", "TERNARY_OPS", "UNARY_OPS",
     "Alloc", "BufferRef", "Compute", "Const", "ExternCall", "Free", "GraphInput", "IndexValue", "Kernel",
     "KernelCall", "Load", "Loop", "Origin", "Program", "Reduce", "Store", "TensorSpec", "FloorDiv",

@@ -176,7 +176,38 @@ def render_host_program(program: Program, target: KernelTarget) -> str:
     body = _render_call_body(program, target)
     lines += ["    " + line for line in body]
     lines += ["", "", _render_main(program)]
-    return "\n".join(lines) + "\n"
+    source = "\n".join(lines) + "\n"
+    missing = unresolved_names(source)
+    if missing:
+        raise HostProgramError(f"the host program of graph {program.graph_id} uses undefined names: "
+                               f"{', '.join(sorted(missing))}")
+    return source
+
+
+class HostProgramError(RuntimeError):
+    """The rendered host program would fail when run (raised while compiling, where the ATen fallback is)."""
+
+
+def unresolved_names(source: str) -> set[str]:
+    """Names the module reads that nothing defines (neither the module nor builtins): each one would be a
+    NameError at run time, on the user's call. A static check (`symtable`, about a millisecond): running
+    the program on the example inputs would catch more but costs a real run of every kernel."""
+    import builtins
+    import symtable
+
+    top = symtable.symtable(source, "output_code.py", "exec")
+    defined = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()
+               or s.is_namespace()}
+    missing, stack = set(), [top]
+    while stack:
+        table = stack.pop()
+        stack.extend(table.get_children())
+        for sym in table.get_symbols():
+            name = sym.get_name()
+            free_here = sym.is_global() or (table is top)
+            if (sym.is_referenced() and free_here and name not in defined and not hasattr(builtins, name)):
+                missing.add(name)
+    return missing
 
 
 def _render_call_body(program: Program, target: KernelTarget) -> list[str]:

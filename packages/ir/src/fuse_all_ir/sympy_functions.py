@@ -191,8 +191,8 @@ def evaluate(expr, values: dict):
     if expr.is_Add:
         return sum(args[1:], args[0])
     if expr.is_Mul:
-        if kind_of(expr) == "int":   # an integer product with a rational coefficient: exact
-            num, den = sympy.fraction(expr)
+        num, den = sympy.fraction(expr)
+        if den != 1 and kind_of(expr) == "int":   # an integer product with a rational coefficient: exact
             return evaluate(num, values) // evaluate(den, values)
         out = args[0]
         for a in args[1:]:
