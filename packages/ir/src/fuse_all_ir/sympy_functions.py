@@ -257,7 +257,9 @@ class SymbolicPrinter(sympy.printing.str.StrPrinter):
 
     def _factor(self, expr) -> str:
         text = self._print(expr)
-        return text if (expr.is_Symbol or (expr.is_Number and not expr.is_negative)) else f"({text})"
+        if expr.is_Symbol or (expr.is_Number and not expr.is_negative) or _one_group(text):
+            return text
+        return f"({text})"
 
     def _print_Float(self, expr):
         return self.float_literal(float(expr))
@@ -304,6 +306,17 @@ class SymbolicPrinter(sympy.printing.str.StrPrinter):
 
     def _print_BooleanFalse(self, expr):
         return self.bool_literal(False)
+
+
+def _one_group(text: str) -> bool:
+    """Whether `text` is one parenthesised group "(...)" (not "(a) + (b)")."""
+    depth = 0
+    for i, c in enumerate(text):
+        depth += c == "("
+        depth -= c == ")"
+        if depth == 0 and i < len(text) - 1:
+            return False
+    return text.startswith("(") and depth == 0
 
 
 def function_names() -> list[str]:
