@@ -212,3 +212,32 @@ def test_host_only_function_in_a_kernel_is_an_error():
     with pytest.raises(sf.UnsupportedSymbolic, match="RoundDecimal"):
         cpp_index(_t("RoundDecimal")(_t("IntTrueDiv")(a, m), 1))
     assert sf.unsupported_in_kernels(_t("RoundDecimal")(_t("IntTrueDiv")(a, m), 1) + n) == ["RoundDecimal"]
+
+
+def test_host_program_names_are_checked_at_compile_time():
+    """A generated host program reading a name nothing defines (what `Max(...)` was) is refused while
+    compiling (HostProgramError -> the graph runs in ATen), not at the user's call."""
+    import fuse_all_ir as ir
+    from fuse_all_ir.host import HostProgramError, render_host_program
+
+    source = "import torch\nx = 1\ndef call(args):\n    a, = args\n    return Max(a, x) + torch.zeros(1) + len(args)\n"
+    assert unresolved_names(source) == {"Max"}
+    assert unresolved_names("import math\ndef call(args):\n    return [math.floor(v) for v in args]\n") == set()
+
+    class UndefinedPrelude:
+        language = "cpp"
+
+        def render_prelude(self, program):
+            return "launcher = undefined_helper"
+
+        def render_launch(self, kernel, buffer_args, size_args):
+            return "launcher()"
+
+        def kernel_source(self, kernel):
+            return ""
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+    x = torch.randn(3)
+    program = ir.lower(make_fx(lambda x: (x.exp() + 1,))(x), [x], "g_names").program
+    with pytest.raises(HostProgramError, match="undefined_helper"):
+        render_host_program(program, UndefinedPrelude())
