@@ -167,7 +167,7 @@ def test_cpp_printer(tmp_path):
     from fuse_all_codegen_cpp.index_printer import cpp_index
     from fuse_all_codegen_cpp.render import prelude
 
-    body = [f"  out[{i}] = (double)({cpp_index(e)});" for i, (_, e) in enumerate(KERNEL_CASES)]
+    body = [f"  out[{i}] = (double)({cpp_index(e, value=True)});" for i, (_, e) in enumerate(KERNEL_CASES)]
     params = ", ".join(f"int64_t {s}" for s in SYMBOLS)
     source = prelude() + f'\nextern "C" void probe(double* out, {params}) {{\n' + "\n".join(body) + "\n}\n"
     lib = compiler.load_library(source)
@@ -177,7 +177,8 @@ def test_cpp_printer(tmp_path):
         fn(out.data_ptr(), *[values[s] for s in SYMBOLS])
         for i, (name, e) in enumerate(KERNEL_CASES):
             ref = sf.evaluate(e, values)
-            assert _close(out[i].item(), ref), f"{name}: {e} -> {cpp_index(e)} at {values}: {out[i].item()} != {ref}"
+            code = cpp_index(e, value=True)
+            assert _close(out[i].item(), ref), f"{name}: {e} -> {code} at {values}: {out[i].item()} != {ref}"
 
 
 @pytest.mark.triton
@@ -187,8 +188,9 @@ def test_triton_printer(tmp_path):
         pytest.skip("needs TRITON_INTERPRET=1 (set by tests/ops/conftest.py) or a GPU")
     from fuse_all_codegen_triton.indexing import triton_index
 
-    lines = [f"    tl.store(out + {i} + tl.zeros([1], tl.int32), tl.cast({triton_index(e)}, tl.float64) + "
-             "tl.zeros([1], tl.float64))" for i, (_, e) in enumerate(KERNEL_CASES)]
+    lines = [f"    tl.store(out + {i} + tl.zeros([1], tl.int32), "
+             f"tl.cast({triton_index(e, value=True)}, tl.float64) + tl.zeros([1], tl.float64))"
+             for i, (_, e) in enumerate(KERNEL_CASES)]
     source = ("import triton\nimport triton.language as tl\n"
               "from fuse_all_codegen_triton.runtime import libdevice\n"
               "from fuse_all_codegen_triton import helpers as fa\n\n\n@triton.jit\n"
@@ -204,7 +206,8 @@ def test_triton_printer(tmp_path):
         module.probe[(1,)](out, *[values[s] for s in SYMBOLS])
         for i, (name, e) in enumerate(KERNEL_CASES):
             ref = sf.evaluate(e, values)
-            assert _close(out[i].item(), ref), f"{name}: {e} -> {triton_index(e)} at {values}: {out[i].item()} != {ref}"
+            code = triton_index(e, value=True)
+            assert _close(out[i].item(), ref), f"{name}: {e} -> {code} at {values}: {out[i].item()} != {ref}"
 
 
 @pytest.mark.parametrize("printer", ["python", "cpp", "triton"])
@@ -218,10 +221,20 @@ def test_unknown_function_is_a_compile_time_error(printer):
         fn(n + sympy.oo)
 
 
+@pytest.mark.parametrize("printer", ["cpp", "triton"])
+def test_float_expression_as_an_address_is_an_error(printer):
+    from fuse_all_codegen_cpp.index_printer import cpp_index
+    from fuse_all_codegen_triton.indexing import triton_index
+    fn = {"cpp": cpp_index, "triton": triton_index}[printer]
+    with pytest.raises(sf.UnsupportedSymbolic, match="not integer"):
+        fn(n / 2 + 1)
+    assert fn(n / 2 + 1, value=True)
+
+
 def test_host_only_function_in_a_kernel_is_an_error():
     from fuse_all_codegen_cpp.index_printer import cpp_index
     with pytest.raises(sf.UnsupportedSymbolic, match="RoundDecimal"):
-        cpp_index(_t("RoundDecimal")(_t("IntTrueDiv")(a, m), 1))
+        cpp_index(_t("RoundDecimal")(_t("IntTrueDiv")(a, m), 1), value=True)
     assert sf.unsupported_in_kernels(_t("RoundDecimal")(_t("IntTrueDiv")(a, m), 1) + n) == ["RoundDecimal"]
 
 

@@ -14,7 +14,7 @@ import re
 import sympy
 
 from fuse_all_ir import symbolic
-from fuse_all_ir.sympy_functions import FUNCTIONS, SymbolicPrinter, kind_of
+from fuse_all_ir.sympy_functions import FUNCTIONS, SymbolicPrinter, UnsupportedSymbolic, kind_of
 
 
 def c_name(name: str) -> str:
@@ -145,9 +145,13 @@ class CppIndexPrinter(SymbolicPrinter):
 _PRINTER = CppIndexPrinter()
 
 
-def cpp_index(expr) -> str:
-    """An integer or float symbolic expression as C++ (int64_t / double arithmetic)."""
-    return _PRINTER.doprint(sympy.sympify(expr))
+def cpp_index(expr, value: bool = False) -> str:
+    """A symbolic expression as C++ (int64_t / double arithmetic). Addresses, loop bounds and sizes must be
+    integers; `value=True` (an IndexValue: a symbolic scalar such as `1 / n`) also takes float ones."""
+    expr = sympy.sympify(expr)
+    if not value and kind_of(expr) != "int":
+        raise UnsupportedSymbolic(f"index expression {expr} is not integer arithmetic")
+    return _PRINTER.doprint(expr)
 
 
 def cpp_expr_type(expr) -> str:

@@ -111,7 +111,7 @@ class KernelRenderer:
         elif isinstance(stmt, Const):
             self.define(stmt.name, stmt.dtype, rules.literal(stmt.value, stmt.dtype))
         elif isinstance(stmt, IndexValue):
-            value = rules.render_cast(f"({cpp_index(stmt.expr)})", cpp_expr_type(stmt.expr), stmt.dtype)
+            value = rules.render_cast(f"({cpp_index(stmt.expr, value=True)})", cpp_expr_type(stmt.expr), stmt.dtype)
             self.define(stmt.name, stmt.dtype, value)
         elif isinstance(stmt, Compute):
             args = [self.ref(a) for a in stmt.args]

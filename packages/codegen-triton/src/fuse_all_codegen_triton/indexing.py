@@ -16,7 +16,7 @@ import sympy
 
 from fuse_all_ir import symbolic
 from fuse_all_ir.host import py_index
-from fuse_all_ir.sympy_functions import SymbolicPrinter, kind_of
+from fuse_all_ir.sympy_functions import SymbolicPrinter, UnsupportedSymbolic, kind_of
 from fuse_all_ir.program import IndexValue, Kernel, Load, Store
 from fuse_all_ir.symbolic import rvar, xvar
 
@@ -160,8 +160,13 @@ def _balanced_outer(text: str) -> bool:
 _PRINTER = TritonIndexPrinter()
 
 
-def triton_index(expr) -> str:
-    return _PRINTER.doprint(sympy.sympify(expr))
+def triton_index(expr, value: bool = False) -> str:
+    """A symbolic expression as Triton. Addresses and sizes must be integers; `value=True` (an IndexValue:
+    a symbolic scalar such as `1 / n`) also takes float ones."""
+    expr = sympy.sympify(expr)
+    if not value and kind_of(expr) != "int":
+        raise UnsupportedSymbolic(f"index expression {expr} is not integer arithmetic")
+    return _PRINTER.doprint(expr)
 
 
 def triton_expr_type(expr) -> str:

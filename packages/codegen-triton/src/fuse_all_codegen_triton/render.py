@@ -350,10 +350,10 @@ class _Writer:
             value = int(st.expr) if kind == "int64" else float(st.expr) if kind == "float64" else bool(st.expr)
             code = f"tl.full({self.shape(fam)}, {value!r}, {tl_type(st.dtype)})"
         elif not fam:   # a size argument (symbolic size): a scalar, broadcast like a constant
-            scalar = render_cast(f"({triton_index(st.expr)})", src, st.dtype)
+            scalar = render_cast(f"({triton_index(st.expr, value=True)})", src, st.dtype)
             code = f"tl.full({self.shape(fam)}, 0, {tl_type(st.dtype)}) + {scalar}"
         else:
-            code = render_cast(triton_index(st.expr), src, st.dtype)
+            code = render_cast(triton_index(st.expr, value=True), src, st.dtype)
         self.values[st.name] = _Value(self.assign(code), st.dtype, fam)
 
     # ---- reductions ----
