@@ -182,6 +182,9 @@ template <class T> static inline T fa_shr(T a, T b) {
   if (FA_SIGNED(T)) return (T)(a >> ((b < 0 || b >= bits) ? bits - 1 : b));
   return (b < 0 || b >= bits) ? (T)0 : (T)(a >> b);
 }
+// max/min of symbolic sizes (torch's Max/Min in index expressions): plain comparisons, no NaN rules
+template <class T> static inline T fa_sym_max(T a, T b) { return a > b ? a : b; }
+template <class T> static inline T fa_sym_min(T a, T b) { return a < b ? a : b; }
 template <class T> static inline T fa_ipow(T base, T exp) {
   if (exp < 0) return base == 1 ? (T)1 : (base == (T)-1 ? ((exp & 1) ? (T)-1 : (T)1) : (T)0);
   unsigned long long result = 1, b = (unsigned long long)base;

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from pathlib import Path
 
 import sympy
@@ -29,6 +28,7 @@ from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Progra
 from fuse_all_ir.symbolic import rvar, xvar
 
 from . import rules
+from .index_printer import c_name, cpp_expr_type, cpp_index
 from .normalize import affine_stride, normalize
 from .reuse import plan_reuse
 
@@ -47,57 +47,6 @@ SUM_BLOCK = 16384
 def split_max_outer() -> int:
     """Reductions with fewer outer points than this split the reduction itself over threads."""
     return 2 * (os.cpu_count() or 1)
-
-
-# ---- index printing -------------------------------------------------------------------------------------
-
-class CppIndexPrinter(sympy.printing.str.StrPrinter):
-    """sympy -> C++ int64 arithmetic. Index variables and size symbols are int64_t, so every product and
-    sum is int64; FloorDiv/ModularIndexing are on non-negative values, where C's `/` and `%` are floor."""
-
-    def _print_Symbol(self, expr):
-        return c_name(expr.name)
-
-    def _print_Integer(self, expr):
-        v = int(expr)
-        return f"{v}LL" if abs(v) >= 2**31 else str(v)
-
-    def _print_FloorDiv(self, expr):
-        return f"(({self._print(expr.args[0])}) / ({self._print(expr.args[1])}))"
-
-    def _print_ModularIndexing(self, expr):
-        base, div, mod = (self._print(a) for a in expr.args)
-        return f"((({base}) / ({div})) % ({mod}))"
-
-    def _print_Pow(self, expr, rational=False):
-        base, exp = expr.args
-        if exp.is_Integer and int(exp) > 0:
-            return "(" + " * ".join([self.parenthesize(base, 100)] * int(exp)) + ")"
-        raise NotImplementedError(f"index expression {expr} has a non-integer power")
-
-    def _print_Rational(self, expr):
-        raise NotImplementedError(f"index expression has a fraction: {expr}")
-
-    def _print_Mod(self, expr):
-        return f"(({self._print(expr.args[0])}) % ({self._print(expr.args[1])}))"
-
-    def _print_Max(self, expr):
-        return functools.reduce(lambda a, b: f"(({a}) > ({b}) ? ({a}) : ({b}))", map(self._print, expr.args))
-
-    def _print_Min(self, expr):
-        return functools.reduce(lambda a, b: f"(({a}) < ({b}) ? ({a}) : ({b}))", map(self._print, expr.args))
-
-
-_PRINTER = CppIndexPrinter()
-
-
-def cpp_index(expr) -> str:
-    return _PRINTER.doprint(sympy.sympify(expr))
-
-
-def c_name(name: str) -> str:
-    """An identifier safe in C++ (IR names may be C++ keywords like `and`, or contain dots)."""
-    return re.sub(r"\W", "_", name)
 
 
 def _value(name: str) -> str:
@@ -172,7 +121,8 @@ class KernelRenderer:
         elif isinstance(stmt, Const):
             self.define(stmt.name, stmt.dtype, rules.literal(stmt.value, stmt.dtype))
         elif isinstance(stmt, IndexValue):
-            self.define(stmt.name, stmt.dtype, rules.render_cast(f"({cpp_index(stmt.expr)})", "int64", stmt.dtype))
+            value = rules.render_cast(f"({cpp_index(stmt.expr, value=True)})", cpp_expr_type(stmt.expr), stmt.dtype)
+            self.define(stmt.name, stmt.dtype, value)
         elif isinstance(stmt, Compute):
             args = [self.ref(a) for a in stmt.args]
             expr = rules.render_op(stmt.op, args, [self.dtypes[a] for a in stmt.args], stmt.dtype)

@@ -8,11 +8,15 @@ expression over the size arguments) that routes to an int64 variant when it fail
 """
 from __future__ import annotations
 
+import functools
 import math
 
+import numpy as np
 import sympy
 
-from fuse_all_ir.host import PythonIndexPrinter, py_index
+from fuse_all_ir import symbolic
+from fuse_all_ir.host import py_index
+from fuse_all_ir.sympy_functions import SymbolicPrinter, UnsupportedSymbolic, kind_of
 from fuse_all_ir.program import IndexValue, Kernel, Load, Store
 from fuse_all_ir.symbolic import rvar, xvar
 
@@ -21,41 +25,125 @@ from fuse_all_ir.symbolic import rvar, xvar
 INT32_LIMIT = 2**31 - 2**20
 
 
-class TritonIndexPrinter(PythonIndexPrinter):
-    """Python's // and % (index arithmetic is on non-negative integers, so Triton's C-style integer
-    division and remainder equal Python's), plus integer powers; fractions are errors.
+def _f64(text: str) -> str:
+    return f"tl.cast({text}, tl.float64)"
+
+
+def _nonnegative(expr, *divisors) -> bool:
+    if isinstance(expr, (symbolic.FloorDiv, symbolic.ModularIndexing)):
+        return True   # the IR's index arithmetic is on non-negative values
+    return bool(expr.args[0].is_nonnegative) and all(bool(d.is_positive) for d in divisors)
+
+
+def _floordiv(p, e, a):
+    if _nonnegative(e, e.args[1]):
+        return f"({p.operand(e.args[0], a[0])} // {p.operand(e.args[1], a[1])})"
+    return f"fa.floordiv_int({a[0]}, {a[1]})"
+
+
+def _modular_indexing(p, e, a):
+    base, div, mod = (p.operand(x, t) for x, t in zip(e.args, a))
+    if _nonnegative(e, e.args[1], e.args[2]):
+        return f"(({base} // {div}) % {mod})" if e.args[1] != 1 else f"({base} % {mod})"
+    return f"fa.remainder_int(fa.floordiv_int({a[0]}, {a[1]}), {a[2]})"
+
+
+def _mod(p, e, a):
+    if _nonnegative(e, e.args[1]):
+        return f"({p.operand(e.args[0], a[0])} % {p.operand(e.args[1], a[1])})"
+    return f"fa.remainder_int({a[0]}, {a[1]})"
+
+
+def _extreme(fn):
+    def rule(p, e, a):
+        args = [_f64(t) for t in a] if kind_of(e) == "float" else a
+        return functools.reduce(lambda x, y: f"{fn}({x}, {y})", args)
+    return rule
+
+
+def _pow_natural(p, e, a):
+    if e.args[1].is_Integer and 0 < int(e.args[1]) <= 8:
+        return "(" + " * ".join([p.operand(e.args[0], a[0])] * int(e.args[1])) + ")"
+    return f"fa.pow_int({a[0]}, {a[1]})"
+
+
+def _binary(op):
+    return lambda p, e, a: f"({p.operand(e.args[0], a[0])} {op} {p.operand(e.args[1], a[1])})"
+
+
+_OPAQUE = {"sqrt": "tl.sqrt", "cos": "tl.cos", "sin": "tl.sin", "exp": "tl.exp", "log": "tl.log",
+           "log2": "tl.log2", "cosh": "libdevice.cosh", "sinh": "libdevice.sinh", "tan": "libdevice.tan",
+           "tanh": "libdevice.tanh", "asin": "libdevice.asin", "acos": "libdevice.acos",
+           "atan": "libdevice.atan", "asinh": "libdevice.asinh"}
+
+_RULES = {
+    "floordiv": _floordiv,
+    "ceildiv": lambda p, e, a: f"(-fa.floordiv_int(-({a[0]}), {a[1]}))",
+    "modular_indexing": _modular_indexing,
+    "mod": _mod,
+    "int_truediv": lambda p, e, a: f"({_f64(a[0])} / {_f64(a[1])})",
+    "float_truediv": lambda p, e, a: f"({_f64(a[0])} / {_f64(a[1])})",
+    "max": _extreme("tl.maximum"),
+    "min": _extreme("tl.minimum"),
+    "pow_natural": _pow_natural,
+    "float_pow": lambda p, e, a: f"libdevice.pow({_f64(a[0])}, {_f64(a[1])})",
+    "trunc_to_int": lambda p, e, a: f"tl.cast({a[0]}, tl.int64)",
+    "trunc_to_float": lambda p, e, a: f"libdevice.trunc({_f64(a[0])})",
+    "round_to_int": lambda p, e, a: f"tl.cast(libdevice.nearbyint({_f64(a[0])}), tl.int64)",   # ties to even
+    "floor_to_int": lambda p, e, a: f"tl.cast(tl.floor({_f64(a[0])}), tl.int64)",
+    "ceil_to_int": lambda p, e, a: f"tl.cast(tl.ceil({_f64(a[0])}), tl.int64)",
+    "to_float": lambda p, e, a: _f64(a[0]),
+    "identity": lambda p, e, a: f"({a[0]})",
+    "abs": lambda p, e, a: f"tl.abs({a[0]})",
+    "where": lambda p, e, a: f"tl.where({a[0]}, {a[1]}, {a[2]})",
+    "lshift": _binary("<<"), "rshift": _binary(">>"),
+    "bitwise_and": _binary("&"), "bitwise_or": _binary("|"), "bitwise_xor": _binary("^"),
+    **{f"opaque_{name}": (lambda p, e, a, _fn=fn: f"{_fn}({_f64(a[0])})") for name, fn in _OPAQUE.items()},
+}
+
+
+class TritonIndexPrinter(SymbolicPrinter):
+    """sympy -> Triton: one rule per function of the IR's shared list. Integer `//` and `%` in Triton
+    truncate (C), so they are used only where both operands are provably non-negative (where they equal
+    Python's); elsewhere `fa.floordiv_int`/`fa.remainder_int`. Float values are float64 (`tl.cast`).
 
     Every operand of // and % that is not a symbol or an integer is parenthesised: `//` and `%` bind
     tighter than `+` and `*` is left-associative with them, so ``FloorDiv(3072*x0 + x1, 393216)`` must print
     as ``((3072*x0 + x1) // 393216)``, never ``(3072*x0 + x1 // 393216)`` (that wrong reading made BERT at
     32x128 load far out of bounds: "operation not supported on global/shared address space")."""
+    language = "Triton"
+    RULES = _RULES
 
-    def _operand(self, expr) -> str:
-        text = self._print(expr)
-        if expr.is_Symbol or expr.is_Integer or (text.startswith("(") and _balanced_outer(text)):
+    def operand(self, expr, text: str) -> str:
+        if expr.is_Symbol or (expr.is_Integer and expr >= 0) or (text.startswith("(") and _balanced_outer(text)):
             return text
         return f"({text})"
 
-    def _print_FloorDiv(self, expr):
-        return f"({self._operand(expr.args[0])} // {self._operand(expr.args[1])})"
+    def _operand(self, expr) -> str:
+        return self.operand(expr, self._print(expr))
 
-    def _print_ModularIndexing(self, expr):
-        base, div, mod = expr.args
-        if div != 1:
-            return f"(({self._operand(base)} // {self._operand(div)}) % {self._operand(mod)})"
-        return f"({self._operand(base)} % {self._operand(mod)})"
+    def exact_div(self, num, den):
+        return f"(({num}) // ({den}))"
 
-    def _print_Mod(self, expr):
-        return f"({self._operand(expr.args[0])} % {self._operand(expr.args[1])})"
+    def true_div(self, num, den):
+        return f"({_f64(num)} / {_f64(den)})"
 
-    def _print_Pow(self, expr):
-        base, exp = expr.args
-        if not (exp.is_Integer and int(exp) > 0):
-            raise NotImplementedError(f"index expression {expr} is not integer arithmetic")
-        return "(" + " * ".join([self.parenthesize(base, 100)] * int(exp)) + ")"
+    def float_literal(self, value):
+        if float(np.float32(value)) == value or not math.isfinite(value):
+            return repr(float(value))
+        return f"tl.full([1], {float(value)!r}, tl.float64)"   # a Python float literal is float32 in Triton
 
-    def _print_Rational(self, expr):
-        raise NotImplementedError(f"index expression {expr} is not integer arithmetic")
+    def float_pow(self, base, exp):
+        return f"libdevice.pow({_f64(base)}, {_f64(exp)})"
+
+    def _print_And(self, expr):
+        return "(" + " & ".join(self._operand(a) for a in expr.args) + ")"
+
+    def _print_Or(self, expr):
+        return "(" + " | ".join(self._operand(a) for a in expr.args) + ")"
+
+    def _print_Not(self, expr):
+        return f"({self._operand(expr.args[0])} == 0)"
 
 
 def _balanced_outer(text: str) -> bool:
@@ -72,8 +160,18 @@ def _balanced_outer(text: str) -> bool:
 _PRINTER = TritonIndexPrinter()
 
 
-def triton_index(expr) -> str:
-    return _PRINTER.doprint(sympy.sympify(expr))
+def triton_index(expr, value: bool = False) -> str:
+    """A symbolic expression as Triton. Addresses and sizes must be integers; `value=True` (an IndexValue:
+    a symbolic scalar such as `1 / n`) also takes float ones."""
+    expr = sympy.sympify(expr)
+    if not value and kind_of(expr) != "int":
+        raise UnsupportedSymbolic(f"index expression {expr} is not integer arithmetic")
+    return _PRINTER.doprint(expr)
+
+
+def triton_expr_type(expr) -> str:
+    """The IR dtype `triton_index(expr)` computes in when it is not index arithmetic: float64 or bool."""
+    return {"int": "int64", "float": "float64", "bool": "bool"}[kind_of(sympy.sympify(expr))]
 
 
 def is_index_var(sym) -> bool:

@@ -27,7 +27,8 @@ from fuse_all_ir.symbolic import rvar, xvar
 from . import configs as cfgs
 from . import reductions as red
 from ._triton_compat import pointer_type
-from .indexing import choose_index_dtype, derive_index_vars, families, stride_along, triton_index
+from .indexing import (choose_index_dtype, derive_index_vars, families, stride_along, triton_expr_type,
+                       triton_index)
 from .rules import FLOATS, compute_dtype, render_cast, render_compute, tl_type
 
 INDENT = "    "
@@ -343,13 +344,16 @@ class _Writer:
 
     def index_value(self, st: IndexValue) -> None:
         fam = families(st.expr)
+        kind = triton_expr_type(st.expr)
+        src = kind if kind != "int64" else ("int64" if self.idx64 else "int32")
         if not fam and st.expr.is_number:
-            code = f"tl.full({self.shape(fam)}, {int(st.expr)}, {tl_type(st.dtype)})"
+            value = int(st.expr) if kind == "int64" else float(st.expr) if kind == "float64" else bool(st.expr)
+            code = f"tl.full({self.shape(fam)}, {value!r}, {tl_type(st.dtype)})"
         elif not fam:   # a size argument (symbolic size): a scalar, broadcast like a constant
-            scalar = render_cast(f"({triton_index(st.expr)})", "int64" if self.idx64 else "int32", st.dtype)
+            scalar = render_cast(f"({triton_index(st.expr, value=True)})", src, st.dtype)
             code = f"tl.full({self.shape(fam)}, 0, {tl_type(st.dtype)}) + {scalar}"
         else:
-            code = render_cast(triton_index(st.expr), "int64" if self.idx64 else "int32", st.dtype)
+            code = render_cast(triton_index(st.expr, value=True), src, st.dtype)
         self.values[st.name] = _Value(self.assign(code), st.dtype, fam)
 
     # ---- reductions ----

@@ -11,8 +11,9 @@ from .cache_dirs import (
     UnsafeDirectory, LockWaitAbandoned, atomic_write, cache_root, check_private, exclusive_lock, make_private, private_dir,
     read_regular_file, sweep_stale_temps, temp_file, user_cache_dir,
 )
-from .host import (KernelTarget, extern_range_name, graph_range_name, kernel_range_name, load_host_program,
-                   render_host_program)
+from .host import (HostProgramError, KernelTarget, extern_range_name, graph_range_name, kernel_range_name,
+                   load_host_program, render_host_program, unresolved_names)
+from .sympy_functions import FUNCTIONS as SYMPY_FUNCTIONS, UnsupportedSymbolic
 from .program import (
     BINARY_OPS, DTYPES, OP_ARITY, REDUCTION_OPS, TERNARY_OPS, UNARY_OPS,
     Alloc, BufferRef, Compute, Const, ExternCall, Free, GraphInput, IndexValue, Kernel, KernelCall, Load, Loop,
@@ -23,6 +24,7 @@ from .symbolic import FloorDiv, ModularIndexing, rvar, size_symbol, xvar
 
 __all__ = [
     "__version__", "Compiled", "lower", "lowered_ops", "format_kernel", "format_lowered", "format_program", "UnsupportedDtype", "dtype_name", "torch_dtype", "KernelTarget", "load_host_program",
+    "HostProgramError", "unresolved_names", "SYMPY_FUNCTIONS", "UnsupportedSymbolic",
     "render_host_program", "BINARY_OPS", "DTYPES", "OP_ARITY", "REDUCTION_OPS", "TERNARY_OPS", "UNARY_OPS",
     "Alloc", "BufferRef", "Compute", "Const", "ExternCall", "Free", "GraphInput", "IndexValue", "Kernel",
     "KernelCall", "Load", "Loop", "Origin", "Program", "Reduce", "Store", "TensorSpec", "FloorDiv",

@@ -12,6 +12,7 @@ import sympy
 from . import choices
 from .kernelgen import Group, IllegalFusion, KernelBuilder, iteration_ranges
 from .nodes import E, LoweredGraph, Node
+from .program import BufferRef
 from .report import FusionReport
 
 
@@ -37,7 +38,8 @@ def expression_reads(node: Node) -> set:
 
 def live_nodes(lowered: LoweredGraph) -> list:
     """Nodes reachable from the outputs and ATen calls, in topological order (dead code dropped)."""
-    roots = [o.name for o in lowered.outputs if hasattr(o, "name")]
+    # only buffers: a size (sympy Symbol) returned for the backward also has a `.name`
+    roots = [o.name for o in lowered.outputs if isinstance(o, BufferRef)]
     roots += [n.name for n in lowered.nodes.values() if n.kind == "extern"]
     live, stack = set(), list(roots)
     while stack:

@@ -304,6 +304,9 @@ class GraphLowering:
             return item
         if not isinstance(target, torch._ops.OpOverload):
             return self._lower_python_op(node)
+        size_value = self._known_size_value(node)
+        if size_value is not None:
+            return size_value
         lowering = LOWERINGS.get(target)
         reason = _unlowerable_reason(node)
         if lowering is None and reason is None:
@@ -318,6 +321,16 @@ class GraphLowering:
             except (Unsupported, dtypes.UnsupportedDtype, NotImplementedError) as exc:
                 reason = f"{_target_name(target)}: {exc}"
         return self.extern(node, reason)
+
+    def _known_size_value(self, node):
+        """aten.sym_size/sym_stride/sym_numel and the like: a SymInt the shape environment already expresses
+        over the graph's size symbols (as an extern call it would have no value: None reached the backward).
+        An unbacked value (`.item()`) has a fresh symbol and stays an ATen call."""
+        val = node.meta.get("val")
+        if not isinstance(val, (torch.SymInt, torch.SymFloat)):
+            return None
+        expr = val.node.expr
+        return expr if free_size_symbols(expr) <= set(self.size_symbols) else None
 
     def _lower_python_op(self, node):
         """Arithmetic on SymInts (sizes), e.g. operator.mul / sym_size."""

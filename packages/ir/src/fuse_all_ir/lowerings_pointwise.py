@@ -6,7 +6,7 @@ import math
 import sympy
 import torch
 
-from . import dtypes
+from . import dtypes, sympy_functions
 from .lowering import Unsupported, lowers, sym
 from .nodes import E, Value, const, index_value, op
 
@@ -44,8 +44,21 @@ def out_size(g, *operands):
     val = g.current.meta.get("val") if g.current is not None else None
     if isinstance(val, torch.Tensor):
         return tuple(sym(s) for s in val.shape)
-    shapes = [x.size for x in operands if isinstance(x, Value)]
-    return tuple(torch.broadcast_shapes(*[tuple(int(s) for s in sh) for sh in shapes]))
+    return broadcast_sizes(*[x.size for x in operands if isinstance(x, Value)])
+
+
+def broadcast_sizes(*shapes) -> tuple:
+    """torch's broadcasting over sympy sizes (symbolic ones included: a lowering inside a multi-output op
+    such as batch norm has no single result shape to copy)."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for d in range(ndim):
+        dims = [sympy.sympify(s[d - ndim + len(s)]) for s in shapes if d - ndim + len(s) >= 0]
+        not_one = [n for n in dims if n != 1]
+        if any(n != not_one[0] for n in not_one[1:]):
+            raise Unsupported(f"cannot broadcast sizes {', '.join(str(tuple(s)) for s in shapes)}")
+        out.append(not_one[0] if not_one else sympy.Integer(1))
+    return tuple(out)
 
 
 def out_dtype(g, default: str) -> str:
@@ -67,6 +80,9 @@ def operand_loader(x, size, dtype: str):
             return cast(loader(inner), dtype)
         return load_broadcast
     if isinstance(x, sympy.Basic) and not x.is_number:
+        not_in_kernels = sympy_functions.unsupported_in_kernels(x)
+        if not_in_kernels:
+            raise Unsupported(f"symbolic scalar {x} uses {', '.join(not_in_kernels)}, which kernels don't compute")
         return lambda index: cast(index_value(x), dtype)
     value = _python_scalar(x, dtype)
     return lambda index: const(value, dtype)

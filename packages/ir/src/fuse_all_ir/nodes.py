@@ -52,8 +52,14 @@ def load(buffer: str, index, dtype: str, mask: E | None = None, other=0, logical
              value=other, logical=tuple(logical) if logical is not None else None)
 
 
-def index_value(expr, dtype: str = "int64") -> E:
-    return E("index", dtype, index=sympy.sympify(expr))
+def index_value(expr, dtype: str | None = None) -> E:
+    """The value of a symbolic expression (index arithmetic, a size, a SymInt/SymFloat scalar). Its dtype is
+    the expression's own type (int64, float64 or bool: `1 / n` is a float); callers `cast` it."""
+    expr = sympy.sympify(expr)
+    if dtype is None:
+        from .sympy_functions import kind_of
+        dtype = {"int": "int64", "float": "float64", "bool": "bool"}[kind_of(expr)]
+    return E("index", dtype, index=expr)
 
 
 Index = list  # a list of sympy expressions, one per dimension

@@ -86,7 +86,9 @@ class Const:
 
 @dataclass(frozen=True)
 class IndexValue:
-    """The integer value of an index expression (arange, iota, masks of pads)."""
+    """The value of a symbolic expression: index arithmetic (arange, iota, masks of pads) or a symbolic
+    scalar (a size, `1 / n`). `dtype` is the expression's own type: int64 for integer expressions, float64
+    for float ones (IntTrueDiv, ToFloat, ...: computed in double, as Python does), bool for conditions."""
     name: str
     expr: sympy.Expr
     dtype: str
