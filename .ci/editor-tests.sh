@@ -7,7 +7,8 @@
 #   .ci/editor-tests.sh --install-only   the same without running the tests
 #   .ci/editor-tests.sh -- -k neovim     extra arguments after -- go to pytest
 #
-# Needs: Debian (apt-get, as root or with sudo), Node 20 with npm, the repo's .venv
+# Needs: Debian (apt-get, as root or with sudo), Node 20 with npm and its headers (Debian's nodejs has
+# them in /usr/include/node), a C++ compiler (g++, for code-server's native modules), the repo's .venv
 # (override with PYTHON=...). Tools go to $FUSE_ALL_CI_TOOLS (default ~/.cache/fuse-all-ci).
 set -euo pipefail
 
@@ -33,6 +34,20 @@ SECONDS=0
 step() { echo "== [${SECONDS}s] $*"; }
 
 command -v node >/dev/null && command -v npm >/dev/null || { echo "node and npm (Node 20) are required" >&2; exit 1; }
+
+# code-server's native modules (argon2, ...) compile against Node's headers. node-gyp downloads them from
+# nodejs.org unless told where the installed Node keeps its own (Debian's nodejs: /usr/include/node;
+# nodejs.org tarballs: <prefix>/include/node), so point it there and no network beyond the registries is
+# needed. An explicit npm_config_nodedir (or nodedir in ~/.npmrc) wins.
+NODE_PREFIX=$(dirname "$(dirname "$(readlink -f "$(command -v node)")")")
+CONFIGURED_NODEDIR=$(npm config get nodedir 2>/dev/null || true)
+if [ -z "${npm_config_nodedir:-}" ] && { [ -z "$CONFIGURED_NODEDIR" ] || [ "$CONFIGURED_NODEDIR" = undefined ]; }; then
+  if [ -f "$NODE_PREFIX/include/node/node_api.h" ] && [ -f "$NODE_PREFIX/include/node/common.gypi" ]; then
+    export npm_config_nodedir=$NODE_PREFIX
+  else
+    echo "warning: no Node headers under $NODE_PREFIX/include/node; node-gyp will try to download them" >&2
+  fi
+fi
 [ -x "$PYTHON" ] || { echo "no Python at $PYTHON: create the venv (pip install -r requirements-dev.txt) or set PYTHON" >&2; exit 1; }
 
 # Scratch space for installs and the test run: nothing lands in the home folder's config dirs.

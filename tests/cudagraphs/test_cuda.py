@@ -4,7 +4,7 @@ import torch
 
 from fuse_all_cudagraphs import GraphPool, wrap
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+pytestmark = pytest.mark.cuda   # skipped without CUDA (tests/conftest.py)
 
 
 def test_replays_read_the_callers_memory_and_copy_nothing():

@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# The editors start the language server (`python -m fuse_all_lsp`): it needs the lsp extra.
+for _module in ("lsprotocol", "pygls"):
+    pytest.importorskip(_module, reason="needs the lsp extra (pip install 'fuse-all[lsp]')")
+
 EDITORS = Path(__file__).parent
 REPO = EDITORS.parents[1]
 # tests/ is no package (pytest runs with --import-mode=importlib): make the shared sample importable.

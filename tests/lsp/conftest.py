@@ -9,7 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
+
+# The language server's tests need its extra (pygls, lsprotocol) and pytest-lsp; without them they skip.
+for _module in ("lsprotocol", "pygls", "pytest_lsp"):
+    pytest.importorskip(_module, reason="needs the lsp extra and pytest-lsp (pip install 'fuse-all[lsp,dev]')")
+
+import pytest_asyncio  # noqa: E402  (after the skip: pytest-lsp brings it)
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 from pytest_lsp.client import make_test_lsp_client

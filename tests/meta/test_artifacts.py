@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from fuse_all_lsp import records as reader
+# (fuse_all_lsp.records, the judge of the schema, comes from the `reader` fixture: only the lsp extra has it)
 
 from fuse_all import artifacts, provenance
 from fuse_all_capture import FunctionInfo
@@ -46,7 +46,14 @@ def sample_record(**overrides):
     return artifacts.build_record(**fields)
 
 
-def test_built_record_follows_schema_1_and_parses_in_the_server(tmp_path):
+@pytest.fixture
+def reader():
+    """The language server's record reader (fuse_all_lsp.records, plain Python: it needs no pygls). Only
+    the lsp extra installs fuse_all_lsp; the tests that judge records by it skip without it."""
+    return pytest.importorskip("fuse_all_lsp.records", reason="the lsp extra (fuse-all[lsp]) is not installed")
+
+
+def test_built_record_follows_schema_1_and_parses_in_the_server(tmp_path, reader):
     record = sample_record()
     assert record["schema"] == "fuse-all-artifact" and record["schema_version"] == 2
     # last_line was missing: found with ast; sha256 is of the file's bytes.
@@ -102,7 +109,7 @@ def test_unlocated_source_lines_are_dropped_not_fatal():
     ("win32", {"LOCALAPPDATA": "/local"}, "/local/fuse-all/artifacts"),
     ("win32", {}, "~/AppData/Local/fuse-all/artifacts"),
 ])
-def test_default_dir_rule_matches_the_server(platform, env, expected, monkeypatch, tmp_path):
+def test_default_dir_rule_matches_the_server(platform, env, expected, monkeypatch, tmp_path, reader):
     monkeypatch.setenv("HOME", str(tmp_path))
     for name in ("FUSE_ALL_ARTIFACT_DIR", "XDG_CACHE_HOME", "LOCALAPPDATA"):
         monkeypatch.delenv(name, raising=False)
@@ -144,7 +151,7 @@ def test_write_is_atomic_readers_never_see_a_partial_record(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g_0123abcd_0.json"]  # no temp files left
 
 
-def test_oversized_record_has_its_longest_kernel_sources_truncated(tmp_path):
+def test_oversized_record_has_its_longest_kernel_sources_truncated(tmp_path, reader):
     huge = "y" * (6 * 1024 * 1024)
     record = sample_record(kernels=[
         {"name": "small", "language": "cpp", "source": "void small() {}"},
@@ -217,7 +224,7 @@ class Graph:
     function: FunctionInfo | None = FunctionInfo("sample_function", HERE, 21, 23)
 
 
-def test_write_compiled_turns_a_compile_result_into_a_record(tmp_path):
+def test_write_compiled_turns_a_compile_result_into_a_record(tmp_path, reader):
     output_code = tmp_path / "output_code.py"
     output_code.write_text("import torch\n\ndef kernel_10(a):\n    pass\n\ndef kernel_1(a):\n    pass\n")
     cos = Origin("aten.cos.default", HERE, 22, "x = 1")

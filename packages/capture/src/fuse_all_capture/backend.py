@@ -83,7 +83,10 @@ def make_backend(
 
 
 def _describe_dynamo_graph(gm: torch.fx.GraphModule) -> _DynamoGraph:
-    traces = dict.fromkeys(node.meta.get("stack_trace") for node in gm.graph.nodes)  # unique, in graph order
+    # The traced ops' stacks (unique, in graph order). Inputs are no ops: torch 2.11 records a placeholder's
+    # stack at the wrapper's call line only, which would read as an op the wrapper does itself.
+    traces = dict.fromkeys(node.meta.get("stack_trace") for node in gm.graph.nodes
+                           if node.op not in ("placeholder", "output"))
     stacks = [parse_stack_trace(trace) for trace in traces if trace]
     function = function_from_code(compat.compiling_frame_code())
     if function is None:

@@ -31,10 +31,30 @@ def interpret_mode() -> bool:
         return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def _fix_interpreter_scalar_index() -> None:
+    """Triton 3.6's interpreter turns a scalar into an index with `int(handle.data)`, but it keeps scalar
+    arguments as 1-element arrays, which NumPy >= 2.4 refuses to convert ("only 0-dimensional arrays can be
+    converted to Python scalars"): every `range(0, rnumel, RBLOCK)` over a size argument fails. Triton 3.8
+    squeezes first; do the same on every version (the interpreter re-applies its patches per launch)."""
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "fuse_all_squeezes_index", False):
+        return
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patch_lang_tensor.fuse_all_squeezes_index = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+
+
 # The libdevice module the generated kernels call (tan, erfc, pow, ...). On GPUs the portable stub
 # module is remapped to the backend's libdevice by Triton's code generator.
 if interpret_mode():
     from . import _interpret_libdevice as libdevice  # noqa: F401
+    _fix_interpreter_scalar_index()
 else:
     from triton.language.extra import libdevice  # noqa: F401
 

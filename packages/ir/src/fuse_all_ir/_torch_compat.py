@@ -11,3 +11,12 @@ def real_tensor_mode():
     except ImportError:  # pragma: no cover - older torch
         return contextlib.nullcontext()
     return unset_fake_temporarily()
+
+
+def backed_size_values(shape_env):
+    """Size symbol -> the example value Dynamo traced with (backed symbols only). torch renamed
+    ShapeEnv.var_to_val to backed_var_to_val; 2.14 warns on the old name."""
+    values = getattr(shape_env, "backed_var_to_val", None)
+    if values is None:
+        values = getattr(shape_env, "var_to_val", None)
+    return values if values is not None else {}

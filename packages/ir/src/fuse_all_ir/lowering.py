@@ -11,7 +11,7 @@ import torch
 import torch.fx
 
 from . import dtypes
-from ._torch_compat import real_tensor_mode
+from ._torch_compat import backed_size_values, real_tensor_mode
 from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, load
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .symbolic import free_size_symbols
@@ -292,7 +292,7 @@ class GraphLowering:
             if isinstance(v, torch.SymInt):
                 shape_env = v.node.shape_env
                 for s in free_size_symbols(v.node.expr):
-                    hint = shape_env.var_to_val.get(s)
+                    hint = backed_size_values(shape_env).get(s)
                     if hint is not None:
                         self.size_hints[s] = int(hint)
 

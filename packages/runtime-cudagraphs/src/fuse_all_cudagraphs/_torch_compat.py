@@ -151,8 +151,27 @@ def fw_static_input_indices(num_fixed: int) -> list[int]:
     return sorted(set(int(i) for i in indices) | set(range(num_fixed)))
 
 
+# Ops a newer torch lists in FORBIDDEN_CUDAGRAPH_OPS that an older supported one does not (the op is
+# just as uncapturable there): 2.14 added cuSOLVER's eigh, which syncs with the host; 2.11 lacks it.
+UNCAPTURABLE_OPS_OF_NEWER_TORCH = frozenset({"aten._linalg_eigh.default"})
+
+
 def first_uncapturable_node(gm: torch.fx.GraphModule) -> torch.fx.Node | None:
-    """The first node torch itself refuses to capture (CPU syncs, unbacked sizes, tagged ops), if any."""
+    """The first node torch refuses to capture (CPU syncs, unbacked sizes, tagged ops), if any; ops that
+    only a newer torch knows to refuse are refused on every supported torch."""
+    unsafe = [node for node in (_first_node_torch_refuses(gm), _first_node_newer_torch_refuses(gm)) if node]
+    if not unsafe:
+        return None
+    order = {node: position for position, node in enumerate(gm.graph.nodes)}
+    return min(unsafe, key=order.__getitem__)
+
+
+def _first_node_newer_torch_refuses(gm: torch.fx.GraphModule) -> torch.fx.Node | None:
+    return next((node for node in gm.graph.nodes
+                 if node.op == "call_function" and str(node.target) in UNCAPTURABLE_OPS_OF_NEWER_TORCH), None)
+
+
+def _first_node_torch_refuses(gm: torch.fx.GraphModule) -> torch.fx.Node | None:
     try:
         from torch._inductor.utils import get_first_incompatible_cudagraph_node
     except ImportError:
