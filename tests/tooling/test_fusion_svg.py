@@ -24,7 +24,7 @@ def _picture():
 
 
 def _groups(root, kind):
-    return [g for g in root.iter(f"{SVG}g") if g.get("class") == kind]
+    return [g for g in root.iter(f"{SVG}g") if kind in (g.get("class") or "").split()]
 
 
 def _text(element):
@@ -41,6 +41,9 @@ def test_each_kernel_is_a_box_of_its_ops_with_source_lines():
     relu = ops["relu"]
     assert "relu" in _text(relu) and "test_fusion_svg.py:" in _text(relu)
     assert "a = torch.relu(x @ w)" in relu.find(f"{SVG}title").text
+    # the editor's click-to-jump contract (docs/artifact-record.md): an op node names its file and line
+    assert "node" in relu.get("class").split()
+    assert relu.get("data-file", "").endswith("test_fusion_svg.py") and int(relu.get("data-line")) > 0
     # inside the box of the kernel that computes it
     kernel_of_relu = next(k for k in program.kernels.values() if any(o.fx_node == "relu" for o in k.origins))
     box = next(k for k in kernels if k.get("id") == kernel_of_relu.name).find(f"{SVG}rect")
