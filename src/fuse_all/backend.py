@@ -198,7 +198,9 @@ def _maybe_cudagraphs(call, graph, opts: Options, record: CompiledGraph):
     import fuse_all_cudagraphs as cudagraphs
     stem = graph.graph_id.removesuffix("_fwd").removesuffix("_bwd")
     pool = _POOLS.setdefault(stem, cudagraphs.GraphPool())
-    return cudagraphs.wrap(call, graph.example_inputs, static_input_indices=graph.static_input_indices,
-                           mutated_input_indices=graph.mutated_input_indices, pool=pool, name=graph.graph_id,
-                           on_fallback=lambda reason: decisions.append(str(reason)), check_input_metadata=False)
+    graphed = cudagraphs.wrap(call, graph.example_inputs, static_input_indices=graph.static_input_indices,
+                              mutated_input_indices=graph.mutated_input_indices, pool=pool, name=graph.graph_id,
+                              on_fallback=lambda reason: decisions.append(str(reason)), check_input_metadata=False)
+    record.cudagraphs["stats"] = graphed.stats     # live counters: calls, plain_calls, captures, replays, ...
+    return graphed
 

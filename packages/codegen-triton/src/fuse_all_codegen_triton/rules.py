@@ -55,7 +55,7 @@ _FLOAT = {
     "sign": "({0} > 0).to({T}) - ({0} < 0).to({T})",
     "isinf": "tl.abs({0}) == float(\"inf\")", "isfinite": "tl.abs({0}) < float(\"inf\")",
     "truediv": "{0} / {1}", "floordiv": "fa.floordiv_float({0}, {1})",
-    "remainder": "fa.remainder_float({0}, {1})", "fmod": "{0} % {1}", "pow": "libdevice.pow({0}, {1})",
+    "remainder": "fa.remainder_float({0}, {1})", "fmod": "libdevice.fmod({0}, {1})", "pow": "libdevice.pow({0}, {1})",
     "maximum": "fa.maximum({0}, {1})", "minimum": "fa.minimum({0}, {1})",
     "atan2": "libdevice.atan2({0}, {1})", "copysign": "libdevice.copysign({0}, {1})",
     "hypot": "libdevice.hypot({0}, {1})",
