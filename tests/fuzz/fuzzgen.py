@@ -145,7 +145,7 @@ class _Invalid(Exception):
 
 class Generator:
     def __init__(self, seed, index, *, dynamic_frac=0.15, train_frac=0.15, big_frac=0.02, huge_frac=0.0,
-                 max_ops=10):
+                 max_ops=10, max_numel=MAX_NUMEL):
         self.r = random.Random(f"fuse-all-fuzz:{seed}:{index}")
         self.seed, self.index = seed, index
         r = self.r
@@ -161,7 +161,7 @@ class Generator:
         self.counter = 0
         self.tags = []
         self.ncalls = (3 if r.random() < 0.3 else 2) if self.dynamic else 1
-        self.limit = BIG_NUMEL if self.big else HUGE_SUM * 4 if self.huge else MAX_NUMEL
+        self.limit = BIG_NUMEL if self.big else HUGE_SUM * 4 if self.huge else max_numel
         dts = [torch.float32] * 8 + [torch.float64] * 2 + [torch.float16] * 2 + [torch.bfloat16] * 2 + \
               [torch.int32, torch.int64]
         if self.train:

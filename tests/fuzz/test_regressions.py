@@ -38,3 +38,16 @@ def test_view_of_empty_tensor_with_zero_stride_dims(codegen):
     def fn(x, y):
         return x.view(-1) == y, x.reshape(13, 0, 31) + 1
     _run_calls(fn, [[torch.randn(31, 0, 13), torch.randn(0)]], codegen)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_minimum_maximum_of_a_broadcast_scalar(codegen, dtype):
+    """Triton: torch.minimum/maximum of a 0-d (or size-1) input and a block crashed the interpreter
+    (`(a < b) | (a != a)`: "ufunc 'bitwise_or' not supported"). NaN still wins on either side.
+    Fuzz: seed 9 index 16 (triton)."""
+    def fn(a, b):
+        return torch.minimum(a, b), torch.maximum(b, a), torch.maximum(a, b)
+    b = torch.randn(32, dtype=dtype)
+    b[3] = float("nan")
+    _run_calls(fn, [[torch.randn((), dtype=dtype), b], [torch.tensor([float("nan")], dtype=dtype), b]], codegen)
