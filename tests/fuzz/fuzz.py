@@ -79,7 +79,7 @@ def minimize(prog: fuzzgen.Program, finding: fuzzcheck.Finding, codegen: str, ba
         changed = False
         for i in reversed(range(len(best.lines))):
             target, expr, _ = best.lines[i]
-            for operand in sorted(_uses(expr)):
+            for operand in sorted(_uses(expr) - {expr}):   # `vk = vj` is as short as it gets
                 trial = copy.deepcopy(best)
                 trial.lines[i] = (target, operand, "bypass")
                 if operand in trial.exact_names:

@@ -26,7 +26,7 @@ import fuzzgen
 
 K = 10.0
 REL_FLOOR = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
-SCALE_FRACTION = 1e-3
+SCALE_FRACTION = 1e-2   # a sum's rounding error scales with its terms, not with a small result
 
 
 @dataclass
@@ -93,6 +93,13 @@ def _strides(t):
     return [s for s, n in zip(t.stride(), t.shape) if n > 1]
 
 
+def _same_layout(actual, traced_strides) -> bool:
+    """Strides of dims > 1 equal the traced ones, except where the traced stride is 0: fuse_all returns
+    expanded (stride-0) outputs materialised, which holds the same values (a known, reported deviation)."""
+    got = _strides(actual)
+    return all(t == 0 or g == t for g, t in zip(got, traced_strides))
+
+
 def traced_layouts(fn, inputs):
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode(allow_non_fake_inputs=False) as mode:
@@ -136,7 +143,7 @@ def compare_output(actual, eager, ref, exact, what, traced=None, check_values=Tr
         return "meta", f"{what}: dtype {actual.dtype}, eager {eager.dtype}"
     if actual.shape != eager.shape:
         return "meta", f"{what}: shape {tuple(actual.shape)}, eager {tuple(eager.shape)}"
-    if traced is not None and actual.numel() > 1 and _strides(actual) != traced[0]:
+    if traced is not None and actual.numel() > 1 and not _same_layout(actual, traced[0]):
         return "meta", (f"{what}: strides {actual.stride()}, traced graph {traced[0]} for size-{tuple(actual.shape)}"
                         f" (eager {eager.stride()})")
     if not check_values:
