@@ -212,7 +212,9 @@ class Generator:
         spec = InputSpec(name, shapes, dtype, perm, steps, expanded, offset, lo, hi,
                          requires_grad=self.train and dtype.is_floating_point)
         self.inputs.append(spec)
-        metas = [torch.empty(s, dtype=dtype, device="meta") for s in shapes]
+        # meta tensors with the real layouts: whether `view` is legal depends on the strides
+        reals = [make_input(spec, c, torch.Generator().manual_seed(0)) for c in range(len(shapes))]
+        metas = [torch.empty_strided(x.shape, x.stride(), dtype=dtype, device="meta") for x in reals]
         v = Val(name, metas, lo, hi, exact=True, is_input=True)
         self.vals.append(v)
         return v
