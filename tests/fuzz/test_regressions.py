@@ -100,3 +100,17 @@ def test_layer_norm_of_constant_rows_is_zero(codegen):
     assert fn(x)[0].abs().max() == 0          # eager: exactly zero
     got = compile_fn(fn, codegen)(x)[0]
     assert got.abs().max() <= 1e-6, f"layer_norm of constant rows: max |out| {got.abs().max():.2e}, eager 0"
+
+
+@pytest.mark.parametrize("codegen", [
+    pytest.param("cpp", id="cpp"),
+    pytest.param("triton", id="triton", marks=[pytest.mark.triton, pytest.mark.xfail(
+        strict=True, reason="found by the fuzzer, not fixed: Triton reduction over an empty dim loads through "
+                            "a scalar pointer with a block mask")]),
+])
+def test_sum_over_an_empty_dim(codegen):
+    """`stack([x, 2x]).sum((1, 2))` of a (0, 31) tensor is zeros(2); the Triton kernel failed with
+    "Mask argument cannot be block type if pointer argument is not a block". Fuzz: seed 0 index 10."""
+    def fn(x):
+        return (torch.stack([x, x * 2], 0).sum((1, 2)),)
+    _run_calls(fn, [[torch.randn(0, 31)]], codegen)
