@@ -10,13 +10,14 @@ import triton.language as tl
 @triton.jit
 def maximum(a, b):
     # torch.maximum: NaN wins. (a > b) is False when either is NaN, so test a for NaN; a NaN b falls
-    # through to b.
-    return tl.where((a > b) | (a != a), a, b)
+    # through to b. Two nested wheres, not `(a > b) | (a != a)`: with a scalar `a` (a 0-d input
+    # broadcast against a block) the interpreter computed `a != a` as a float block and `|` failed.
+    return tl.where(a != a, a, tl.where(a > b, a, b))
 
 
 @triton.jit
 def minimum(a, b):
-    return tl.where((a < b) | (a != a), a, b)
+    return tl.where(a != a, a, tl.where(a < b, a, b))
 
 
 # Reductions are written with Triton's builtin tl.max/tl.min/tl.sum: the interpreter runs those as NumPy

@@ -194,9 +194,11 @@ def derive_index_vars(family: str, sizes, used: set) -> list[tuple[str, str]]:
         if name not in used:
             continue
         stride = sympy.Mul(*sizes[i + 1:]) if i + 1 < n else sympy.Integer(1)
-        expr = flat if stride == 1 else f"{flat} // {triton_index(stride)}"
+        # operands bracketed: `xindex // s1*s2` would read as `(xindex // s1) * s2`
+        expr = flat if stride == 1 else f"{flat} // {_PRINTER._operand(sympy.sympify(stride))}"
         if i > 0:  # the outermost one needs no modulo: flat < numel
-            expr = f"{expr} % {triton_index(sizes[i])}" if stride == 1 else f"({expr}) % {triton_index(sizes[i])}"
+            size = _PRINTER._operand(sympy.sympify(sizes[i]))
+            expr = f"{expr} % {size}" if stride == 1 else f"({expr}) % {size}"
         lines.append((name, expr))
     return lines
 

@@ -78,6 +78,8 @@ def reshape(x: Value, size) -> Value:
     new_strides = contiguous_strides(size)
 
     def loader(idx):
+        if any(n == 0 for n in x.size):   # no element to load: any index will do (the strides hold a 0)
+            return x.loader([sympy.Integer(0)] * x.ndim)
         flat = sum((i * s for i, s in zip(idx, new_strides)), sympy.Integer(0))
         old = [ModularIndexing(flat, st, n) if d else FloorDiv(flat, st)
                for d, (st, n) in enumerate(zip(old_strides, x.size))]

@@ -1,0 +1,270 @@
+"""Run one generated program through eager, a float64 reference and fuse_all, and judge fuse_all.
+
+Judgement (per output, per call, and per gradient in training programs):
+  - dtype and shape equal eager's; strides (dims of size > 1) equal those of the traced graph: PyTorch's
+    meta functions under FakeTensorMode, the contract fuse_all lays outputs out by (eager differs from
+    them for a few ops, see EAGER_LAYOUT_QUIRKS in tests/ops/fuse_all_optest.py);
+  - exact values (integers, bools, and floats the generator marked exact) equal eager's bit for bit;
+  - other float values: error against the float64 reference, element-wise relative to |ref| plus a small
+    fraction of the output's scale, no larger than max(K * eager's own error, a floor fitting the dtype).
+    So rounding differences are not failures, but an error eager does not make is;
+  - NaN/inf at the same places as eager (the generator avoids them, so any NaN is suspect);
+  - no graph ran in ATen (a fallback on a program of supported ops is a finding, with its reason).
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+import torch.utils._pytree as pytree
+
+import fuzzgen
+
+K = 10.0
+REL_FLOOR = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+SCALE_FRACTION = 1e-2   # a sum's rounding error scales with its terms, not with a small result
+
+
+@dataclass
+class Finding:
+    kind: str          # crash | fallback | value | exact | grad | meta | nonfinite
+    detail: str
+    program: fuzzgen.Program
+    codegen: str
+
+    @property
+    def key(self) -> str:
+        text = re.sub(r"\bs\d+\b", "sN", self.detail)
+        text = re.sub(r"0x[0-9a-f]+", "0xN", text)
+        text = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", text)
+        text = re.sub(r"\bv\d+\b|\ba\d+\b", "V", text)
+        return f"{self.kind}: {text[:110]}"
+
+
+@dataclass
+class Result:
+    findings: list = field(default_factory=list)
+    invalid: str | None = None      # the program itself is wrong (eager raised): a generator bug
+    seconds: float = 0.0
+    kernels: int = 0
+    externs: list = field(default_factory=list)
+
+
+def quiet():
+    """Findings carry the reasons; the backend's fallback warnings and torch's deprecations are noise here."""
+    import logging
+    import warnings
+    logging.getLogger("fuse_all").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+
+
+def build(source: str, reference=False, tag="") -> callable:
+    ns = fuzzgen.namespace(reference)
+    code = compile(source, f"<fuse_all_fuzz{tag}>", "exec")
+    exec(code, ns)  # noqa: S102 - our own generated program
+    return ns["program"]
+
+
+def _clone(x):
+    if not isinstance(x, torch.Tensor):
+        return x
+    st = x.untyped_storage()
+    flat = torch.empty(0, dtype=x.dtype).set_(st, 0, (st.nbytes() // x.element_size(),), (1,)).clone()
+    y = flat.as_strided(x.shape, x.stride(), x.storage_offset()).detach()
+    return y.requires_grad_(x.requires_grad)
+
+
+def _to_ref(x):
+    if x.dtype.is_floating_point:
+        return x.detach().to(torch.float64).requires_grad_(x.requires_grad)
+    return x.detach().clone()
+
+
+def inputs_for(prog, call):
+    gen = torch.Generator().manual_seed((prog.seed * 1_000_003 + prog.index * 7919 + call) % (2 ** 63))
+    return [fuzzgen.make_input(spec, call, gen) for spec in prog.inputs]
+
+
+def _strides(t):
+    return [s for s, n in zip(t.stride(), t.shape) if n > 1]
+
+
+def _same_layout(actual, traced_strides) -> bool:
+    """Strides of dims > 1 equal the traced ones, except where the traced stride is 0: fuse_all returns
+    expanded (stride-0) outputs materialised, which holds the same values (a known, reported deviation)."""
+    got = _strides(actual)
+    return all(t == 0 or g == t for g, t in zip(got, traced_strides))
+
+
+def traced_layouts(fn, inputs):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        fakes = [mode.from_tensor(x) for x in inputs]
+        out = fn(*fakes)
+    return [(_strides(t), t.shape) for t in pytree.tree_leaves(out)]
+
+
+def _rel_err(x, ref, scale):
+    return ((x.double() - ref).abs() / (ref.abs() + scale * SCALE_FRACTION + 1e-300)).max().item()
+
+
+def compare_float(actual, eager, ref, what):
+    """None if fuse_all's float result is acceptable, else a one-line reason."""
+    a, e, r = actual.detach().double(), eager.detach().double(), ref.detach().double()
+    nan_a, nan_e = torch.isnan(a), torch.isnan(e)
+    if not torch.equal(nan_a, nan_e):
+        return "nonfinite", f"{what}: NaN at {int((nan_a != nan_e).sum())} places where eager has none/other"
+    inf_a, inf_e = torch.isinf(a), torch.isinf(e)
+    if not torch.equal(inf_a, inf_e) or not torch.equal(a[inf_a], e[inf_e]):
+        return "nonfinite", f"{what}: inf at {int((inf_a != inf_e).sum())} places different from eager"
+    ok = torch.isfinite(a) & torch.isfinite(r)
+    if not ok.any():
+        return None
+    a, e, r = a[ok], e[ok], r[ok]
+    scale = r.abs().max().item() or 1.0
+    err_a, err_e = _rel_err(a, r, scale), _rel_err(e, r, scale)
+    floor = REL_FLOOR[actual.dtype]
+    if err_a <= max(K * err_e, floor):
+        return None
+    # absolute rounding noise on values of magnitude ~1 (a sum of O(1) terms that cancels to 0.004 has
+    # no scale of its own to be relative to)
+    if (a - r).abs().max().item() <= 0.1 * floor * max(1.0, scale):
+        return None
+    worst = int(((a - r).abs() / (r.abs() + scale * SCALE_FRACTION)).argmax())
+    return "value", (f"{what}: error vs float64 {err_a:.2e} > max({K:g} x eager's {err_e:.2e}, {floor:.0e}) "
+                     f"(worst: got {a[worst].item():.6g}, eager {e[worst].item():.6g}, float64 {r[worst].item():.6g};"
+                     f" {actual.numel()} elements)")
+
+
+def compare_output(actual, eager, ref, exact, what, traced=None, check_values=True):
+    if not isinstance(actual, torch.Tensor):
+        return "meta", f"{what}: got {type(actual).__name__}"
+    if actual.dtype != eager.dtype:
+        return "meta", f"{what}: dtype {actual.dtype}, eager {eager.dtype}"
+    if actual.shape != eager.shape:
+        return "meta", f"{what}: shape {tuple(actual.shape)}, eager {tuple(eager.shape)}"
+    if traced is not None and actual.numel() > 1 and not _same_layout(actual, traced[0]):
+        return "meta", (f"{what}: strides {actual.stride()}, traced graph {traced[0]} for size-{tuple(actual.shape)}"
+                        f" (eager {eager.stride()})")
+    if not check_values:
+        return None
+    if exact or not actual.dtype.is_floating_point:
+        a, e = actual.detach(), eager.detach()
+        same = (a == e) | (a.isnan() & e.isnan()) if a.is_floating_point() else a == e
+        if not bool(same.all()):
+            diff = ~same.reshape(-1)
+            i = int(diff.nonzero()[0])
+            return "exact", (f"{what}: {int(diff.sum())} of {a.numel()} elements differ from eager's exact result "
+                             f"(first: got {a.reshape(-1)[i].item()}, eager {e.reshape(-1)[i].item()})")
+        return None
+    return compare_float(actual, eager, ref, what)
+
+
+def _describe(e: BaseException) -> str:
+    inner = getattr(e, "inner_exception", None) or e
+    lines = [ln.strip() for ln in str(inner).splitlines() if ln.strip()]
+    return f"{type(inner).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def run_program(prog, codegen="cpp", backend="fuse_all", strict=False) -> Result:
+    """Compile and check one program; returns its findings (empty if fuse_all is right)."""
+    import fuse_all
+    result = Result()
+    start = time.perf_counter()
+    src = prog.source()
+    fn_eager, fn_ref, fn_comp = build(src), build(src, reference=True), build(src, tag=f"{prog.seed}_{prog.index}")
+    out_exact = [prog_exact(prog, name) for name in prog.outputs]
+
+    calls = [inputs_for(prog, c) for c in range(prog.calls)]
+    try:
+        eager_in = [[_clone(x) for x in ins] for ins in calls]
+        eager = [fn_eager(*ins) for ins in eager_in]
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            ref_in = [[_to_ref(x) for x in ins] for ins in calls]
+            refs = [fn_ref(*ins) for ins in ref_in]
+        finally:
+            torch.set_default_dtype(old)
+        traced = [traced_layouts(fn_eager, ins) for ins in calls]
+    except Exception as e:  # noqa: BLE001 - the program is invalid: a generator bug, not a compiler bug
+        result.invalid = _describe(e)
+        return result
+
+    torch._dynamo.reset()
+    fuse_all.backend.reset()
+    options = {"codegen": codegen} if backend == "fuse_all" else None
+    if options is not None and strict:
+        options["fallback"] = False
+    dynamic = (True if prog.calls == 2 else None) if prog.dynamic else False
+    compiled = torch.compile(fn_comp, backend=backend, options=options, dynamic=dynamic, fullgraph=False)
+
+    def add(kind_detail):
+        if kind_detail is not None:
+            result.findings.append(Finding(kind_detail[0], kind_detail[1], prog, codegen))
+
+    comp_inputs = []
+    for c, ins in enumerate(calls):
+        c_in = [_clone(x) for x in ins]
+        comp_inputs.append(c_in)
+        try:
+            actual = compiled(*c_in)
+        except Exception as e:  # noqa: BLE001 - a crash of the compiled program is a finding
+            if os.environ.get("FUSE_ALL_FUZZ_TRACEBACK"):
+                traceback.print_exc()
+            add(("crash", f"call {c}: {_describe(e)}"))
+            break
+        for i, (a, e, r) in enumerate(zip(actual, eager[c], refs[c])):
+            what = f"call {c} output {i} ({prog.outputs[i]})"
+            add(compare_output(a, e, r, out_exact[i], what, traced[c][i]))
+        if prog.train and c == 0:
+            add(check_grads(prog, actual, eager[0], refs[0], c_in, eager_in[0], ref_in[0]))
+    if backend == "fuse_all":
+        for rec in fuse_all.compiled_graphs():
+            if rec.fallback_reason:
+                add(("fallback", f"{rec.kind} graph runs in ATen: {rec.fallback_reason[:300]}"))
+            result.kernels += len(rec.kernels)
+            result.externs += [str(getattr(x, "target", x)) for x in rec.externs]
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def prog_exact(prog, name) -> bool:
+    return name in prog.exact_names
+
+
+def check_grads(prog, actual, eager, ref, comp_inputs, eager_inputs, ref_inputs):
+    """Backward through eager, reference and compiled with the same random cotangents; judge the grads."""
+    gen = torch.Generator().manual_seed(prog.index + 17)
+    pairs = [(a, e, r) for a, e, r in zip(actual, eager, ref)
+             if isinstance(e, torch.Tensor) and e.requires_grad and e.dtype.is_floating_point]
+    if not pairs:
+        return None
+    cots = [torch.randn(e.shape, generator=gen, dtype=torch.float64) for _, e, _ in pairs]
+    e_in = [x for x in eager_inputs if x.requires_grad]
+    try:
+        grads_e = torch.autograd.grad([e for _, e, _ in pairs], e_in, [c.to(e.dtype) for c, (_, e, _) in zip(cots, pairs)],
+                                      allow_unused=True)
+        r_in = [x for x in ref_inputs if x.requires_grad]
+        grads_r = torch.autograd.grad([r for _, _, r in pairs], r_in, cots, allow_unused=True)
+    except Exception:  # noqa: BLE001 - eager cannot differentiate this program: nothing to compare
+        return None
+    a_in = [x for x in comp_inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+    try:
+        grads_a = torch.autograd.grad([a for a, _, _ in pairs], a_in, [c.to(a.dtype) for c, (a, _, _) in zip(cots, pairs)],
+                                      allow_unused=True)
+    except Exception as e:  # noqa: BLE001
+        return "crash", f"backward: {_describe(e)}"
+    for i, (ga, ge, gr) in enumerate(zip(grads_a, grads_e, grads_r)):
+        if ge is None:
+            continue
+        if ga is None:
+            ga = torch.zeros_like(ge)
+        bad = compare_output(ga, ge, gr, False, f"grad of input {i}", None)
+        if bad is not None:
+            return "grad", bad[1]
+    return None

@@ -1,0 +1,101 @@
+"""The fuzzer's oracle must catch a wrong compiler and must not flag a right one.
+
+Each test runs a program through a deliberately broken backend (aot_eager with its outputs damaged in
+one way) and checks the finding it must produce; aot_eager itself must pass a batch of generated programs.
+"""
+import pytest
+import torch
+from torch._dynamo.backends.common import aot_autograd
+
+import fuse_all
+import fuzzcheck
+import fuzzgen
+
+
+def _program(lines, outputs, inputs, exact=()):
+    specs = [fuzzgen.InputSpec(name, [shape], dtype, tuple(range(len(shape))), (1,) * len(shape), (), 0, lo, hi)
+             for name, shape, dtype, lo, hi in inputs]
+    return fuzzgen.Program(0, 0, specs, [(t, e, "test") for t, e in lines], outputs, exact_names=set(exact))
+
+
+def _damaging_backend(damage):
+    """aot_eager whose compiled graph's outputs pass through `damage(tensor) -> tensor`."""
+    def fw_compiler(gm, example_inputs):
+        def run(*args):
+            return tuple(damage(o) if isinstance(o, torch.Tensor) else o for o in gm(*args))
+        return run
+    return aot_autograd(fw_compiler=fw_compiler)
+
+
+FLOAT_PROG = _program([("v0", "torch.sin(a0) * a1", ), ("v1", "v0.sum(-1)")], ["v1"],
+                      [("a0", (16, 33), torch.float32, -2.0, 2.0), ("a1", (33,), torch.float32, -2.0, 2.0)])
+
+
+def _kinds(prog, backend):
+    res = fuzzcheck.run_program(prog, "cpp", backend)
+    assert res.invalid is None, res.invalid
+    return [f.kind for f in res.findings]
+
+
+def test_small_relative_error_is_caught():
+    """1e-4 relative error is far above float32 rounding (eager's own error is ~1e-7)."""
+    assert _kinds(FLOAT_PROG, _damaging_backend(lambda t: t * (1 + 1e-4))) == ["value"]
+
+
+def test_rounding_differences_are_not_findings():
+    """An error of a couple of float32 ulps (what another summation order gives) is not a finding."""
+    prog = _program([("v0", "torch.sin(a0) * a1"), ("v1", "v0.sum(-1)")], ["v1"],
+                    [("a0", (16, 999), torch.float32, -2.0, 2.0), ("a1", (999,), torch.float32, -2.0, 2.0)])
+
+    assert _kinds(prog, _damaging_backend(lambda t: t * (1 + 2.4e-7))) == []
+
+
+def test_wrong_exact_value_is_caught():
+    prog = _program([("v0", "torch.floor(a0)"), ("v1", "cast(v0, I64)")], ["v1"],
+                    [("a0", (5, 7), torch.float32, -3.0, 3.0)], exact={"a0", "v0", "v1"})
+    assert _kinds(prog, _damaging_backend(lambda t: t + (t == t.max()).to(t.dtype))) == ["exact"]
+
+
+def test_wrong_strides_are_caught():
+    prog = _program([("v0", "a0.t() * 2")], ["v0"], [("a0", (5, 7), torch.float32, -1.0, 1.0)])
+    assert _kinds(prog, _damaging_backend(lambda t: t.contiguous())) == ["meta"]
+
+
+def test_nan_is_caught():
+    def nan_first(t):
+        t = t.clone()
+        t.view(-1)[0] = float("nan")
+        return t
+    assert _kinds(FLOAT_PROG, _damaging_backend(nan_first)) == ["nonfinite"]
+
+
+def test_wrong_gradient_is_caught():
+    prog = _program([("v0", "torch.sin(a0) * 3")], ["v0"], [("a0", (4, 6), torch.float32, -1.0, 1.0)])
+    prog.inputs[0].requires_grad = True
+    prog.train = True
+
+    def bw_compiler(gm, example_inputs):
+        def run(*args):
+            return tuple(o * 1.01 if isinstance(o, torch.Tensor) else o for o in gm(*args))
+        return run
+    backend = aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=bw_compiler)
+    assert _kinds(prog, backend) == ["grad"]
+
+
+def test_fallback_is_a_finding(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("lowering exploded")
+    monkeypatch.setattr(fuse_all.backend, "_compile", broken)
+    res = fuzzcheck.run_program(FLOAT_PROG, "cpp", "fuse_all")
+    assert [f.kind for f in res.findings] == ["fallback"]
+    assert "lowering exploded" in res.findings[0].detail
+
+
+@pytest.mark.parametrize("index", range(0, 16, 8))
+def test_aot_eager_passes(index):
+    """The oracle on a correct backend: eight generated programs per case, nothing reported."""
+    for i in range(index, index + 8):
+        prog = fuzzgen.generate(3, i)
+        res = fuzzcheck.run_program(prog, "cpp", "aot_eager")
+        assert res.invalid is None, f"generator bug: {res.invalid}\n{prog.describe()}"
+        assert not res.findings, f"{[(f.kind, f.detail) for f in res.findings]}\n{prog.describe()}"
