@@ -2,12 +2,36 @@
 TRITON_INTERPRET when triton is imported, so it is set before any test imports torch or triton.
 Tests marked `cuda` need a GPU and skip without one; on a GPU machine `python -m pytest -m cuda` runs them
 (tests/cuda/conftest.py compiles Triton for the GPU there). bench/gpu_*.py add timings."""
+import logging
 import os
 
 import pytest
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def pytest_configure(config):
+    # Before any test module imports torch/triton. `-m cuda` compiles for the GPU; everything else runs
+    # Triton's CPU interpreter. An explicit TRITON_INTERPRET in the environment wins either way.
+    on_gpu = (config.option.markexpr or "").strip() == "cuda"
+    os.environ.setdefault("TRITON_INTERPRET", "0" if on_gpu else "1")
+
+
+@pytest.fixture(autouse=True)
+def _fuse_all_logs_reach_caplog(request):
+    """torch's logging setup (re-run by fuse_all.logs once TORCH_LOGS is read) stops registered loggers,
+    ours included, from propagating to the root logger, where caplog listens: attach caplog there too."""
+    if "caplog" not in request.fixturenames:
+        yield
+        return
+    caplog = request.getfixturevalue("caplog")
+    logger = logging.getLogger("fuse_all")
+    attached = not logger.propagate
+    if attached:
+        logger.addHandler(caplog.handler)
+    yield
+    if attached:
+        logger.removeHandler(caplog.handler)
 
 
 def pytest_collection_modifyitems(config, items):
