@@ -4,7 +4,9 @@ remember the winner on disk so the next process skips both the benchmark and the
 Cache: ``<cache root>/triton/autotune`` (`fuse_all_ir.cache_root`: ``$FUSE_ALL_CACHE_DIR`` or
 ``~/.cache/fuse-all``), private folders (0700, owner checked), one small JSON file per key; a damaged
 entry is ignored and rewritten. The key is the kernel source hash + the candidate list + a size
-bucket (powers of two of xnumel/rnumel, so dynamic shapes share entries) + device name + Triton version.
+bucket (powers of two of xnumel/rnumel, so dynamic shapes share entries) + the device (name, compute
+capability, SM count: `device_identity`) + the Triton and torch versions + `KEY_FORMAT`. With the caches
+disabled (`fuse_all_ir.caches_disabled`) nothing is remembered (`private_dir` gives a fresh folder).
 """
 from __future__ import annotations
 
@@ -29,8 +31,24 @@ def size_bucket(xnumel: int, rnumel: int | None) -> str:
     return f"{next_power_of_2(xnumel)}x{next_power_of_2(rnumel) if rnumel is not None else 0}"
 
 
-def cache_key(source_hash: str, configs: list, bucket: str, device_name: str, triton_version: str) -> str:
-    text = json.dumps([source_hash, configs, bucket, device_name, triton_version], sort_keys=True)
+KEY_FORMAT = "fuse-all-autotune-2"   # bump when the meaning of an entry changes
+
+
+def device_identity(properties) -> str:
+    """The GPU as it matters to a tuning choice: name, compute capability (the arch Triton compiles for)
+    and SM count (a MIG slice has the name of the whole GPU), from `torch.cuda.get_device_properties`."""
+    arch = f"{getattr(properties, 'major', '?')}.{getattr(properties, 'minor', '?')}"
+    gcn = getattr(properties, "gcnArchName", "")      # ROCm's arch name
+    return f"{properties.name}|cc{arch}{'|' + gcn if gcn else ''}|{getattr(properties, 'multi_processor_count', '?')}SM"
+
+
+def cache_key(source_hash: str, configs: list, bucket: str, device: str, triton_version: str,
+              torch_version: str | None = None) -> str:
+    if torch_version is None:
+        import torch
+        torch_version = torch.__version__
+    text = json.dumps([KEY_FORMAT, source_hash, configs, bucket, device, triton_version, torch_version],
+                      sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
