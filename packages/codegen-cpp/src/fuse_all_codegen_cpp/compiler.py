@@ -24,7 +24,8 @@ import threading
 from pathlib import Path
 
 from fuse_all_ir import (
-    LockWaitAbandoned, UnsafeDirectory, atomic_write, caches_disabled, exclusive_lock, private_dir, read_regular_file, temp_file,
+    LockWaitAbandoned, UnsafeDirectory, atomic_write, caches_disabled, exclusive_lock, portable_caches, private_dir,
+    read_regular_file, temp_file,
 )
 
 from . import rules
@@ -216,10 +217,18 @@ def load_library(source: str, lock_timeout_s: float | None = None) -> CppLibrary
             except LockWaitAbandoned as why:
                 log.warning("fuse-all: %s; compiling it in this process", why)
                 lib = _build(source, so, checksum, key, compiler, flags)
+        _record_artifact(so, key)
         if remember:
             with _LOCK:
                 _LOADED[key] = lib
         return lib
+
+
+def _record_artifact(so: Path, key: str) -> None:
+    """Let `torch.compiler.save_cache_artifacts()` carry the library (`fuse_all_ir.portable_caches`)."""
+    data = read_regular_file(so)
+    if data is not None:
+        portable_caches.record_library(key, data)
 
 
 def _build(source: str, so: Path, checksum: Path, key: str, compiler: list[str], flags: list[str]) -> CppLibrary:
