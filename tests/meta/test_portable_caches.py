@@ -116,7 +116,8 @@ def _files(root: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("name", ["cpp/../../evil.so", "cpp/" + "a" * 40 + ".so/x", "cpp/" + "A" * 40 + ".so",
-                                  "host/../x/cpython-311", "triton/abc", "/etc/passwd"])
+                                  "host/../x/cpython-311", "triton/abc", "/etc/passwd",
+                                  "autotune/../" + "c" * 40 + ".json", "autotune/" + "c" * 39 + ".json"])
 def test_names_outside_our_layout_are_dropped(cache, name):
     assert portable_caches.write_entry(name, portable_caches._pack(b"payload")) is False
     assert _files(cache.parent) == []
@@ -149,3 +150,27 @@ def test_a_host_program_must_hash_to_its_folder(cache):
     assert (cache / "host" / digest / "output_code.py").read_bytes() == source
     import fuse_all_ir
     assert fuse_all_ir.load_host_program(source.decode()).x == 3   # the planted bytecode fails its check
+
+
+def test_autotune_choices_are_recorded_and_written_back(cache):
+    """A Triton autotune choice travels too (GPU runs tune; the write and read are CPU-testable)."""
+    from torch.compiler._cache import CacheArtifactManager
+
+    from fuse_all_codegen_triton import autotune
+    key = autotune.cache_key("src", [{"XBLOCK": 64}, {"XBLOCK": 128}], "1024x0", "NVIDIA H200|cc9.0|132SM", "3.6.0")
+    with CacheArtifactManager.with_fresh_cache():
+        autotune.store_choice(key, {"XBLOCK": 128}, [0.2, 0.1])
+        blob, info = torch_save()
+    assert info.artifacts["fuse_all"] == [f"autotune/{key}.json"]
+    (cache / "triton" / "autotune" / f"{key}.json").unlink()
+    assert autotune.load_choice(key) is None
+    import torch
+    torch.compiler.load_cache_artifacts(blob)
+    assert autotune.load_choice(key) == {"XBLOCK": 128}
+
+
+def torch_save():
+    import torch
+    saved = torch.compiler.save_cache_artifacts()
+    assert saved is not None
+    return saved

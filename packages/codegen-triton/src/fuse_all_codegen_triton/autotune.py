@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 
-from fuse_all_ir import atomic_write, private_dir, read_regular_file
+from fuse_all_ir import atomic_write, portable_caches, private_dir, read_regular_file
 
 from .indexing import next_power_of_2
 
@@ -66,13 +66,15 @@ def load_choice(key: str) -> dict | None:
     if not isinstance(config, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
                                                for k, v in config.items()):
         return None
+    portable_caches.record_autotune_choice(key, data)   # torch.compiler.save_cache_artifacts() carries it
     return config
 
 
 def store_choice(key: str, config: dict, timings_ms: list | None = None) -> None:
+    data = json.dumps({"config": config, "timings_ms": timings_ms}).encode()
+    portable_caches.record_autotune_choice(key, data)
     try:
-        atomic_write(os.path.join(private_dir("triton", "autotune"), key + ".json"),
-                     json.dumps({"config": config, "timings_ms": timings_ms}))
+        atomic_write(os.path.join(private_dir("triton", "autotune"), key + ".json"), data)
     except OSError:
         pass   # remembering the choice is an optimisation
 

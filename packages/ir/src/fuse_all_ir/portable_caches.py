@@ -12,7 +12,9 @@ What is carried, one artifact per entry:
 - `cpp/<key>.so`: a compiled C++ library (key: `fuse_all_codegen_cpp.compiler.cache_key`, which holds the
   compiler, flags and CPU, so a library built for another CPU is never picked up);
 - `host/<digest>/<python cache tag>`: a host program's source and its cached bytecode (only loaded by the
-  same Python version).
+  same Python version);
+- `autotune/<key>.json`: a Triton autotune choice (key: `fuse_all_codegen_triton.autotune.cache_key`,
+  which holds the GPU and the Triton and torch versions).
 
 Each content is `FORMAT`, the sha256 of the payload, a newline, then the payload. On load a name that is
 not of these forms (a path elsewhere), a wrong format, a digest that does not match or a host program
@@ -34,6 +36,7 @@ log = logging.getLogger("fuse_all")
 ARTIFACT_TYPE = "fuse_all"
 FORMAT = b"fuse-all-artifact-1\n"
 _CPP_NAME = re.compile(r"\Acpp/([0-9a-f]{40})\.so\Z")
+_AUTOTUNE_NAME = re.compile(r"\Aautotune/([0-9a-f]{40})\.json\Z")
 _HOST_NAME = re.compile(r"\Ahost/([0-9a-f]{24})/([A-Za-z0-9_.-]{1,64})\Z")
 
 _artifact_class = None
@@ -106,6 +109,11 @@ def record_host_program(digest: str, source: bytes, bytecode_blob: bytes) -> Non
             struct.pack("<Q", len(source)) + source + bytecode_blob)
 
 
+def record_autotune_choice(key: str, entry: bytes) -> None:
+    """A Triton autotune choice just stored or read back (the JSON file's bytes)."""
+    _record(f"autotune/{key}.json", entry)
+
+
 def write_entry(name: str, content: bytes) -> bool:
     """Write one carried entry into the private cache; False (and a warning) when it is dropped."""
     payload = _unpack(content)
@@ -117,6 +125,10 @@ def write_entry(name: str, content: bytes) -> bool:
         key = cpp.group(1)
         cache_dirs.atomic_write(folder / f"{key}.so", payload)
         cache_dirs.atomic_write(folder / f"{key}.sha256", hashlib.sha256(payload).hexdigest().encode())
+        return True
+    autotune = _AUTOTUNE_NAME.match(name)
+    if autotune:      # its schema is checked where it is read (autotune.load_choice)
+        cache_dirs.atomic_write(cache_dirs.private_dir("triton", "autotune") / f"{autotune.group(1)}.json", payload)
         return True
     host = _HOST_NAME.match(name)
     if host:
