@@ -163,10 +163,11 @@ def test_autotune_key_changes_with_device_arch_versions_and_format(monkeypatch):
     assert device == "NVIDIA H200|cc9.0|132SM"
     args = ("hash", [{"XBLOCK": 64}], "1024x0", device, "3.6.0", "2.11.0")
     base = autotune.cache_key(*args)
+    mig_slice = autotune.device_identity(types.SimpleNamespace(**{**vars(h200), "multi_processor_count": 16}))
+    blackwell = autotune.device_identity(types.SimpleNamespace(**{**vars(h200), "major": 10}))
     variants = [
         ("hash2",), (None, [{"XBLOCK": 128}]), (None, None, "2048x0"),
-        (None, None, None, autotune.device_identity(types.SimpleNamespace(**{**vars(h200), "multi_processor_count": 16}))),
-        (None, None, None, autotune.device_identity(types.SimpleNamespace(**{**vars(h200), "major": 10}))),
+        (None, None, None, mig_slice), (None, None, None, blackwell),
         (None, None, None, None, "3.8.0"), (None, None, None, None, None, "2.14.1"),
     ]
     keys = {autotune.cache_key(*[v if v is not None else a for v, a in zip(variant + (None,) * 6, args)])
