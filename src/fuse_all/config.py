@@ -32,6 +32,10 @@ class Variable:
 VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_CACHE_DIR", "`~/.cache/fuse-all`", "all stages",
              "root of the caches (host programs, C++ builds, Triton autotune results); created 0700"),
+    Variable("FUSE_ALL_FORCE_DISABLE_CACHES", "off", "all stages",
+             "`1`: read nothing from the caches (C++ libraries, host programs, Triton kernels and autotune "
+             "results) and keep nothing: every compile runs in full in private temporary folders; for "
+             "measuring compile time (torch's `TORCHINDUCTOR_FORCE_DISABLE_CACHES=1` does the same)"),
     Variable("FUSE_ALL_ARTIFACT_DIR", "`<cache dir>/fuse-all/artifacts`", "fuse_all, fuse_all_lsp",
              "where the editor's artifact records are written and read"),
     Variable("FUSE_ALL_DEBUG", "off", "fuse_all",
@@ -61,6 +65,7 @@ TORCH_VARIABLES = {
     "TORCH_LOGS": "`fuse_all` (INFO line per graph), `+fuse_all` (DEBUG), and the artifacts `output_code`, "
                   "`ir_pre_fusion`, `ir_post_fusion`, `fusion`, `schedule`, `kernel_code`, `cudagraphs`",
     "TORCH_TRACE": "a folder: structured artifacts per compile id for `tlparse`",
+    "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "`1`: fuse-all's caches are off too (as `FUSE_ALL_FORCE_DISABLE_CACHES`)",
 }
 
 OPTION_HELP = {

@@ -177,7 +177,9 @@ def test_autotune_choice_is_benchmarked_and_remembered(_private_cache, monkeypat
         for aligned in (False, True):
             for div16 in (False, True):
                 kernel._compiled[VariantKey(i, False, aligned, div16)] = Compiled(None, lambda *a: None, "F", "M")
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda idx=None: "FakeGPU")
+    import types
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda idx=None: types.SimpleNamespace(
+        name="FakeGPU", major=9, minor=0, multi_processor_count=132))
     monkeypatch.setattr(torch.cuda, "device", lambda idx: contextlib.nullcontext())
     from fuse_all_codegen_triton import _triton_compat as compat
     monkeypatch.setattr(compat, "stream_getter", lambda: (lambda idx: 1234))

@@ -2,7 +2,7 @@
 
 Cache entries live in a private directory (`cache_dir()`): ``<key>.cpp`` (the source, for reading),
 ``<key>.so`` and ``<key>.sha256`` (the library's checksum). The key hashes the source, the flags, the
-compiler binary's identity and the CPU (``-march=native`` code must not be loaded on another CPU). Every
+compiler's `--version`, the link flags and the CPU (``-march=native`` code must not be loaded on another CPU). Every
 file is written to an O_EXCL temporary name and renamed, so readers never see half a file (leftovers of
 killed processes are swept, `fuse_all_ir.sweep_stale_temps`); a per-key lock keeps concurrent processes
 from compiling the same source twice, and a waiter gives up on a stopped or stuck holder; an entry that is
@@ -24,7 +24,8 @@ import threading
 from pathlib import Path
 
 from fuse_all_ir import (
-    LockWaitAbandoned, UnsafeDirectory, atomic_write, exclusive_lock, private_dir, read_regular_file, temp_file,
+    LockWaitAbandoned, UnsafeDirectory, atomic_write, caches_disabled, exclusive_lock, portable_caches, private_dir,
+    read_regular_file, temp_file,
 )
 
 from . import rules
@@ -75,10 +76,26 @@ def link_flags() -> list[str]:
     return ["-lmvec"] if rules.libmvec_functions() else []
 
 
+KEY_FORMAT = "fuse-all-cpp-2"   # bump when the meaning of a cached entry changes
+
+
 @functools.lru_cache(None)
-def _compiler_identity(path: str) -> str:
-    st = os.stat(os.path.realpath(path))
-    return f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}"
+def _compiler_identity(compiler: tuple[str, ...]) -> str:
+    """What the compiler says it is (`--version`: name, version, build), so that the key survives a copy
+    to another machine with the same compiler and changes with an upgrade; the binary's path, size and
+    mtime where it does not answer."""
+    try:
+        proc = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=30)
+        if proc.returncode == 0 and proc.stdout.strip():
+            return proc.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    path = os.path.realpath(shutil.which(compiler[0]) or compiler[0])
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path
+    return f"{path}:{st.st_size}:{st.st_mtime_ns}"
 
 
 @functools.lru_cache(None)
@@ -94,10 +111,13 @@ def _cpu_identity() -> str:
         return platform.machine() + platform.processor()
 
 
-def cache_key(source: str, compiler: list[str], flags: list[str]) -> str:
+def cache_key(source: str, compiler: list[str], flags: list[str], libraries: list[str] | None = None) -> str:
+    """Everything that changes the library: the source (the prelude is inlined in it), the compiler
+    (`--version`), the compile and link flags, the CPU (`-march=native`: vendor, model and ISA flags)."""
+    libraries = link_flags() if libraries is None else libraries
     h = hashlib.sha256()
-    for part in (source, " ".join(compiler), _compiler_identity(shutil.which(compiler[0]) or compiler[0]),
-                 " ".join(flags), _cpu_identity()):
+    for part in (KEY_FORMAT, source, os.path.basename(compiler[-1]), _compiler_identity(tuple(compiler)),
+                 " ".join(flags), " ".join(libraries), _cpu_identity()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
@@ -175,13 +195,14 @@ def load_library(source: str, lock_timeout_s: float | None = None) -> CppLibrary
     compiler = find_compiler()
     flags = compile_flags()
     key = cache_key(source, compiler, flags)
+    remember = not caches_disabled()     # disabled: every call compiles, for measuring
     with _LOCK:
-        lib = _LOADED.get(key)
+        lib = _LOADED.get(key) if remember else None
         if lib is not None:
             return lib
         key_lock = _KEY_LOCKS.setdefault(key, threading.Lock())
     with key_lock:
-        lib = _LOADED.get(key)
+        lib = _LOADED.get(key) if remember else None
         if lib is not None:
             return lib
         directory = cache_dir()
@@ -196,9 +217,18 @@ def load_library(source: str, lock_timeout_s: float | None = None) -> CppLibrary
             except LockWaitAbandoned as why:
                 log.warning("fuse-all: %s; compiling it in this process", why)
                 lib = _build(source, so, checksum, key, compiler, flags)
-        with _LOCK:
-            _LOADED[key] = lib
+        _record_artifact(so, key)
+        if remember:
+            with _LOCK:
+                _LOADED[key] = lib
         return lib
+
+
+def _record_artifact(so: Path, key: str) -> None:
+    """Let `torch.compiler.save_cache_artifacts()` carry the library (`fuse_all_ir.portable_caches`)."""
+    data = read_regular_file(so)
+    if data is not None:
+        portable_caches.record_library(key, data)
 
 
 def _build(source: str, so: Path, checksum: Path, key: str, compiler: list[str], flags: list[str]) -> CppLibrary:

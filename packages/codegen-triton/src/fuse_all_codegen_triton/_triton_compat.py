@@ -160,9 +160,13 @@ def secure_cache_dir() -> str:
     (the rules of `fuse_all_ir.cache_dirs`). Returns the folder Triton uses."""
     import logging
 
-    from fuse_all_ir import UnsafeDirectory, check_private, private_dir
+    from fuse_all_ir import UnsafeDirectory, caches_disabled, check_private, private_dir
 
     path = cache_dir()
+    if caches_disabled():   # for measuring: Triton compiles into a fresh folder, reads nothing it cached
+        replacement = str(private_dir("triton", "kernels"))
+        _set_triton_cache_dir(replacement)
+        return replacement
     try:
         if os.path.isdir(path):
             check_private(path, tighten=False)
@@ -171,12 +175,16 @@ def secure_cache_dir() -> str:
         replacement = str(private_dir("triton", "kernels"))
         logging.getLogger("fuse_all").warning("fuse-all: not letting Triton load kernels from %s (%s); "
                                               "using %s", path, why, replacement)
+    _set_triton_cache_dir(replacement)
+    return replacement
+
+
+def _set_triton_cache_dir(path: str) -> None:
     try:
         from triton import knobs
-        knobs.cache.dir = replacement
+        knobs.cache.dir = path
     except (ImportError, AttributeError):  # pragma: no cover - older layouts read the variable
-        os.environ["TRITON_CACHE_DIR"] = replacement
-    return replacement
+        os.environ["TRITON_CACHE_DIR"] = path
 
 
 def warm_driver() -> None:

@@ -4,7 +4,9 @@ remember the winner on disk so the next process skips both the benchmark and the
 Cache: ``<cache root>/triton/autotune`` (`fuse_all_ir.cache_root`: ``$FUSE_ALL_CACHE_DIR`` or
 ``~/.cache/fuse-all``), private folders (0700, owner checked), one small JSON file per key; a damaged
 entry is ignored and rewritten. The key is the kernel source hash + the candidate list + a size
-bucket (powers of two of xnumel/rnumel, so dynamic shapes share entries) + device name + Triton version.
+bucket (powers of two of xnumel/rnumel, so dynamic shapes share entries) + the device (name, compute
+capability, SM count: `device_identity`) + the Triton and torch versions + `KEY_FORMAT`. With the caches
+disabled (`fuse_all_ir.caches_disabled`) nothing is remembered (`private_dir` gives a fresh folder).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import hashlib
 import json
 import os
 
-from fuse_all_ir import atomic_write, private_dir, read_regular_file
+from fuse_all_ir import atomic_write, portable_caches, private_dir, read_regular_file
 
 from .indexing import next_power_of_2
 
@@ -29,8 +31,24 @@ def size_bucket(xnumel: int, rnumel: int | None) -> str:
     return f"{next_power_of_2(xnumel)}x{next_power_of_2(rnumel) if rnumel is not None else 0}"
 
 
-def cache_key(source_hash: str, configs: list, bucket: str, device_name: str, triton_version: str) -> str:
-    text = json.dumps([source_hash, configs, bucket, device_name, triton_version], sort_keys=True)
+KEY_FORMAT = "fuse-all-autotune-2"   # bump when the meaning of an entry changes
+
+
+def device_identity(properties) -> str:
+    """The GPU as it matters to a tuning choice: name, compute capability (the arch Triton compiles for)
+    and SM count (a MIG slice has the name of the whole GPU), from `torch.cuda.get_device_properties`."""
+    arch = f"{getattr(properties, 'major', '?')}.{getattr(properties, 'minor', '?')}"
+    gcn = getattr(properties, "gcnArchName", "")      # ROCm's arch name
+    return f"{properties.name}|cc{arch}{'|' + gcn if gcn else ''}|{getattr(properties, 'multi_processor_count', '?')}SM"
+
+
+def cache_key(source_hash: str, configs: list, bucket: str, device: str, triton_version: str,
+              torch_version: str | None = None) -> str:
+    if torch_version is None:
+        import torch
+        torch_version = torch.__version__
+    text = json.dumps([KEY_FORMAT, source_hash, configs, bucket, device, triton_version, torch_version],
+                      sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
@@ -48,13 +66,15 @@ def load_choice(key: str) -> dict | None:
     if not isinstance(config, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
                                                for k, v in config.items()):
         return None
+    portable_caches.record_autotune_choice(key, data)   # torch.compiler.save_cache_artifacts() carries it
     return config
 
 
 def store_choice(key: str, config: dict, timings_ms: list | None = None) -> None:
+    data = json.dumps({"config": config, "timings_ms": timings_ms}).encode()
+    portable_caches.record_autotune_choice(key, data)
     try:
-        atomic_write(os.path.join(private_dir("triton", "autotune"), key + ".json"),
-                     json.dumps({"config": config, "timings_ms": timings_ms}))
+        atomic_write(os.path.join(private_dir("triton", "autotune"), key + ".json"), data)
     except OSError:
         pass   # remembering the choice is an optimisation
 

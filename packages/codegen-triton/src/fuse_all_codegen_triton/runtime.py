@@ -110,7 +110,8 @@ class TritonKernel:
         xnumel = self._xnumel(*sizes)
         rnumel = self._rnumel(*sizes) if self._rnumel else None
         return autotune.cache_key(self.spec["source_hash"], self.configs, autotune.size_bucket(xnumel, rnumel),
-                                  torch.cuda.get_device_name(self.device_index), compat.TRITON_VERSION)
+                                  autotune.device_identity(torch.cuda.get_device_properties(self.device_index)),
+                                  compat.TRITON_VERSION, torch.__version__)
 
     def _remembered_config(self, hints: dict) -> int | None:
         if not self.autotune or any(s not in hints for s in self.spec["sizes"]):

@@ -8,9 +8,10 @@ from .api import Compiled, lower, lowered_ops
 from .printing import format_kernel, format_lowered, format_program
 from .dtypes import UnsupportedDtype, dtype_name, torch_dtype
 from .cache_dirs import (
-    UnsafeDirectory, LockWaitAbandoned, atomic_write, cache_root, check_private, exclusive_lock, make_private, private_dir,
+    UnsafeDirectory, LockWaitAbandoned, atomic_write, cache_root, caches_disabled, check_private, exclusive_lock, make_private, private_dir,
     read_regular_file, sweep_stale_temps, temp_file, user_cache_dir,
 )
+from . import portable_caches   # registers fuse-all's entries with torch.compiler.save_cache_artifacts
 from .host import (HostProgramError, KernelTarget, extern_range_name, graph_range_name, kernel_range_name,
                    load_host_program, render_host_program, unresolved_names)
 from .sympy_functions import FUNCTIONS as SYMPY_FUNCTIONS, UnsupportedSymbolic
@@ -30,6 +31,6 @@ __all__ = [
     "KernelCall", "Load", "Loop", "Origin", "Program", "Reduce", "Store", "TensorSpec", "FloorDiv",
     "ModularIndexing", "rvar", "size_symbol", "xvar", "contiguous_strides", "graph_range_name", "kernel_range_name",
     "extern_range_name",
-    "UnsafeDirectory", "LockWaitAbandoned", "atomic_write", "cache_root", "check_private", "exclusive_lock", "make_private",
-    "private_dir", "read_regular_file", "sweep_stale_temps", "temp_file", "user_cache_dir",
+    "UnsafeDirectory", "LockWaitAbandoned", "atomic_write", "cache_root", "caches_disabled", "check_private", "exclusive_lock", "make_private",
+    "private_dir", "portable_caches", "read_regular_file", "sweep_stale_temps", "temp_file", "user_cache_dir",
 ]

@@ -12,7 +12,10 @@ may write to is never used: a planted file would run as the victim. The rules, f
   no failed compile either;
 - files are written to an O_EXCL temporary name (`tempfile.mkstemp`) in the same private folder, then
   renamed: readers never see half a file and no name is followed through a symlink. Temporary names carry
-  the writer's pid so that leftovers of a killed process can be told apart from a live writer's.
+  the writer's pid so that leftovers of a killed process can be told apart from a live writer's;
+- `$FUSE_ALL_FORCE_DISABLE_CACHES=1` (or torch's `$TORCHINDUCTOR_FORCE_DISABLE_CACHES=1`) turns every cache
+  off, for measuring compile time: each `private_dir` call then gives a fresh private folder of this
+  process, so nothing is read that an earlier compile wrote, and everything still compiles.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from typing import Iterator, Mapping
 log = logging.getLogger("fuse_all")
 
 CACHE_DIR_VARIABLE = "FUSE_ALL_CACHE_DIR"
+DISABLE_VARIABLES = ("FUSE_ALL_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FORCE_DISABLE_CACHES")
 STALE_TEMP_S = 3600.0        # a temporary file this old is a leftover whatever its pid says
 LOCK_TIMEOUT_S = 120.0       # default wait for another process compiling the same key
 
@@ -68,6 +72,12 @@ def cache_root(env: Mapping[str, str] | None = None, platform: str | None = None
     if override:
         return Path(override).expanduser().absolute()
     return (user_cache_dir(env, platform) / "fuse-all").absolute()
+
+
+def caches_disabled(env: Mapping[str, str] | None = None) -> bool:
+    """True when `$FUSE_ALL_FORCE_DISABLE_CACHES` or `$TORCHINDUCTOR_FORCE_DISABLE_CACHES` is 1/true/yes/on."""
+    env = os.environ if env is None else env
+    return any(env.get(name, "").strip().lower() in ("1", "true", "yes", "on") for name in DISABLE_VARIABLES)
 
 
 # ---- private folders -----------------------------------------------------------------------------------
@@ -111,7 +121,10 @@ def make_private(path: str | os.PathLike[str], below: str | os.PathLike[str] | N
 
 def private_dir(*names: str) -> Path:
     """`cache_root()/<names...>`, created private and checked; on a refused or unusable folder, a
-    warning and the same names under a fresh private folder of this process."""
+    warning and the same names under a fresh private folder of this process. With the caches disabled
+    (`caches_disabled`), a new empty private folder of this process on every call."""
+    if caches_disabled():
+        return fresh_private_dir(*names)
     root = cache_root()
     target = root.joinpath(*names)
     try:
@@ -135,6 +148,12 @@ def fallback_root() -> Path:
             _fallback_root = Path(tempfile.mkdtemp(prefix="fuse-all-cache-"))
             atexit.register(shutil.rmtree, _fallback_root, True)
         return _fallback_root
+
+
+def fresh_private_dir(*names: str) -> Path:
+    """A new, empty private folder inside `fallback_root()` (removed at exit)."""
+    prefix = "-".join(names) + "-" if names else "cache-"
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=fallback_root()))
 
 
 def _warn_once(key: str, message: str) -> None:

@@ -327,10 +327,12 @@ def load_host_program(source: str, directory: str | None = None):
     compiled here (or its bytecode, cached beside it with a checksum), never read back from the file."""
     import hashlib
     import importlib.util
+    import sys
 
     from . import cache_dirs
 
-    if directory is None:
+    in_cache = directory is None
+    if in_cache:
         directory = cache_dirs.private_dir("host")
     else:
         cache_dirs.make_private(directory)
@@ -342,6 +344,11 @@ def load_host_program(source: str, directory: str | None = None):
         cache_dirs.sweep_stale_temps(folder)      # what a writer killed mid-write left here
         cache_dirs.atomic_write(path, data)
     code = _host_code(source, path)
+    if in_cache:      # carried by torch.compiler.save_cache_artifacts (portable_caches)
+        from . import portable_caches
+        blob = cache_dirs.read_regular_file(path.with_name(f"{path.stem}.{sys.implementation.cache_tag}.bin"))
+        if blob is not None:
+            portable_caches.record_host_program(digest, data, blob)
     spec = importlib.util.spec_from_file_location(f"fuse_all_output_{digest}", path)
     module = importlib.util.module_from_spec(spec)
     with real_tensor_mode():  # compiles run under FakeTensorMode; the module's constants must be real
