@@ -36,6 +36,9 @@ VARIABLES: tuple[Variable, ...] = (
              "where the editor's artifact records are written and read"),
     Variable("FUSE_ALL_DEBUG", "off", "fuse_all",
              "`1`: write the debug folder (also `options={\"debug\": True}` or `TORCH_COMPILE_DEBUG=1`)"),
+    Variable("FUSE_ALL_VALIDATE", "off", "fuse_all_ir",
+             "`1`: check every Program against the codegen contract before codegen (on in debug mode and "
+             "in the test suite); a violation is a compile error, so the graph runs in ATen"),
     Variable("FUSE_ALL_DEBUG_DIR", "`./fuse_all_debug/run_<time>_<pid>`", "fuse_all",
              "the debug folder's root (with `TORCH_COMPILE_DEBUG=1` the default is torch's own run folder)"),
     Variable("FUSE_ALL_PROGRESS", "`auto`", "fuse_all",
