@@ -82,7 +82,7 @@ def validate_kernel(kernel: Kernel, program: Program | None = None) -> None:
         if unknown:
             fail(f"{where}: index {expr} uses {sorted(map(str, unknown))}"
                  + ("" if over_reduction else " (outside a reduction phase only x variables and sizes)"))
-        if expr.is_integer is False:
+        if expr.is_integer is not True:   # x0 / 2 is not provably an integer
             fail(f"{where}: index {expr} is not integer-valued")
 
     for position, loop in enumerate(kernel.loops):
