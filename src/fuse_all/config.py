@@ -53,7 +53,7 @@ VARIABLES: tuple[Variable, ...] = (
 
 # Variables read only by the test suite, the benchmark scripts and the editor tests; not user settings.
 DEVELOPMENT_VARIABLES = (
-    "FUSE_ALL_TEST_BACKEND", "FUSE_ALL_TEST_BISECT", "FUSE_ALL_TEST_STRICT", "FUSE_ALL_REQUIRE_REAL_COMPILE",
+    "FUSE_ALL_TEST_BACKEND", "FUSE_ALL_TEST_BISECT", "FUSE_ALL_TEST_STRICT",
     "FUSE_ALL_CI_TOOLS", "FUSE_ALL_CHROMIUM", "FUSE_ALL_CODE_SERVER", "FUSE_ALL_NVIM", "FUSE_ALL_NVIM_TEST",
     "FUSE_ALL_VSIX", "FUSE_ALL_GPU_SITE",
 )
