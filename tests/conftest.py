@@ -8,6 +8,8 @@ import os
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# every Program the suite compiles is checked against the codegen contract (fuse_all_ir/validate.py)
+os.environ.setdefault("FUSE_ALL_VALIDATE", "1")
 
 
 def pytest_configure(config):

@@ -16,6 +16,7 @@ import fuse_all_capture as capture
 import fuse_all_ir as ir
 
 from . import emit, logs, progress, provenance
+from .debug import debug_enabled
 from .options import OptionError, Options, parse
 
 log = logging.getLogger("fuse_all")
@@ -112,7 +113,8 @@ def compile_graph(graph, opts: Options, mode=None):
 def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     bar.set_phase("lowering and fusing")
     with outputs.timed("lower_fuse_schedule"):
-        compiled = ir.lower(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device)
+        compiled = ir.lower(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device,
+                            validate=True if opts.debug or debug_enabled() else None)   # None: FUSE_ALL_VALIDATE decides
     program = compiled.program
     outputs.compiled = compiled
     target = _target_for(program.device, opts)

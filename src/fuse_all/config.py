@@ -40,6 +40,9 @@ VARIABLES: tuple[Variable, ...] = (
              "where the editor's artifact records are written and read"),
     Variable("FUSE_ALL_DEBUG", "off", "fuse_all",
              "`1`: write the debug folder (also `options={\"debug\": True}` or `TORCH_COMPILE_DEBUG=1`)"),
+    Variable("FUSE_ALL_VALIDATE", "off", "fuse_all_ir",
+             "`1`: check every Program against the codegen contract before codegen (on in debug mode and "
+             "in the test suite); a violation is a compile error, so the graph runs in ATen"),
     Variable("FUSE_ALL_DEBUG_DIR", "`./fuse_all_debug/run_<time>_<pid>`", "fuse_all",
              "the debug folder's root (with `TORCH_COMPILE_DEBUG=1` the default is torch's own run folder)"),
     Variable("FUSE_ALL_PROGRESS", "`auto`", "fuse_all",
@@ -54,7 +57,7 @@ VARIABLES: tuple[Variable, ...] = (
 
 # Variables read only by the test suite, the benchmark scripts and the editor tests; not user settings.
 DEVELOPMENT_VARIABLES = (
-    "FUSE_ALL_TEST_BACKEND", "FUSE_ALL_TEST_BISECT", "FUSE_ALL_TEST_STRICT", "FUSE_ALL_REQUIRE_REAL_COMPILE",
+    "FUSE_ALL_TEST_BACKEND", "FUSE_ALL_TEST_BISECT", "FUSE_ALL_TEST_STRICT",
     "FUSE_ALL_CI_TOOLS", "FUSE_ALL_CHROMIUM", "FUSE_ALL_CODE_SERVER", "FUSE_ALL_NVIM", "FUSE_ALL_NVIM_TEST",
     "FUSE_ALL_VSIX", "FUSE_ALL_GPU_SITE",
 )

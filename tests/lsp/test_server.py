@@ -1,7 +1,5 @@
-"""End to end through a pytest-lsp client, on records of a real CPU compile of the sample.
-
-While the fuse_all backend cannot compile yet, `compiled_sample` falls back to fixture records
-(the session summary says so); these tests then check the same things on those.
+"""End to end through a pytest-lsp client, on records of a real CPU compile of the sample
+(`compiled_sample`; a failing compile fails the tests).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from .lowering import LOWERINGS, GraphLowering
 from .nodes import LoweredGraph
 from .program import Program
 from .schedule import schedule
+from .validate import validate_program, validation_requested
 
 
 @dataclass
@@ -18,9 +19,15 @@ class Compiled:
     program: Program           # after fusion and scheduling
 
 
-def lower(gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", device: str | None = None) -> Compiled:
+def lower(gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", device: str | None = None,
+          validate: bool | None = None) -> Compiled:
+    """`validate`: check the Program against its contract (`validate.py`), raising `InvalidProgram`;
+    None means "when FUSE_ALL_VALIDATE=1"."""
     lowered = GraphLowering(gm, example_inputs, graph_id, device).run()
-    return Compiled(lowered, schedule(lowered))
+    program = schedule(lowered)
+    if validate or (validate is None and validation_requested()):
+        validate_program(program)
+    return Compiled(lowered, program)
 
 
 def lowered_ops() -> list[str]:

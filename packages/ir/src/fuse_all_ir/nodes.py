@@ -23,7 +23,8 @@ CURRENT_ORIGIN: contextvars.ContextVar = contextvars.ContextVar("fuse_all_origin
 
 @dataclass(frozen=True, eq=False)
 class E:
-    """One expression node. kind: load | const | index | op | reduction_ref."""
+    """One expression node. kind: load | const | index | op. (A reduction's result is read back as a `load`
+    of its node's buffer; kernelgen turns a load of a buffer fused into the same kernel into the value.)"""
     kind: str
     dtype: str
     op: str = ""                       # op name for kind == "op"

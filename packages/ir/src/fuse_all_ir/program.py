@@ -217,5 +217,5 @@ class Program:
     outputs: list[Any]                   # BufferRef | sympy.Expr (symint output) | None | python constant
     size_symbols: dict[sympy.Symbol, str] = field(default_factory=dict)  # symbol -> host expr computing it
     size_hints: dict[sympy.Symbol, int] = field(default_factory=dict)    # example value of each symbol
-    report: Any = None                   # fusion_report.FusionReport
+    report: Any = None                   # report.FusionReport
     constants: dict = field(default_factory=dict)  # name -> small tensor (read like an input), embedded in code

@@ -1,0 +1,221 @@
+"""Check a `Program` against the contract in `program.py` before a codegen sees it.
+
+`validate_program(program)` raises `InvalidProgram` naming the kernel, statement and rule broken:
+
+* SSA: every value is defined once, before it is used.
+* Phase visibility: a value of an ``over_reduction`` phase is used only in that phase, except a `Reduce`
+  result, which later phases read; a `Reduce` sits only in a reduction phase.
+* Buffers: a kernel loads only its `inputs` (or its own `outputs`) and stores only its `outputs`; every
+  buffer a step reads is a graph input, a constant, or written by an earlier step and not yet freed.
+* Dtypes: ops are in the vocabulary with their arity; comparisons and logical ops yield bool; ops whose
+  result has their arguments' dtype (add, neg, ...) get arguments of that dtype; `where` takes a bool
+  condition; masks are bool; argmax/argmin give int64, any/all bool.
+* Index expressions: integer-valued, over ``x0..`` of the outer space, ``r0..`` of the reduction space
+  (reduction phases only) and the kernel's size symbols.
+
+The backend runs it in debug mode and when ``FUSE_ALL_VALIDATE=1`` (the test suite sets it), through
+`fuse_all_ir.lower(..., validate=...)`.
+"""
+from __future__ import annotations
+
+import os
+
+import sympy
+
+from .program import (
+    BINARY_OPS, DTYPES, OP_ARITY, REDUCTION_OPS, Alloc, BufferRef, Compute, Const, ExternCall, Free,
+    IndexValue, Kernel, KernelCall, Load, Program, Reduce, Store,
+)
+from .symbolic import rvar, xvar
+
+COMPARISON_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
+                  "isnan", "isinf", "isfinite")
+# Ops whose result has the dtype of all their arguments (the lowering inserts the casts).
+SAME_DTYPE_OPS = (
+    "neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+    "erf", "erfc", "erfinv", "sigmoid", "floor", "ceil", "round", "trunc", "reciprocal", "sign", "lgamma",
+    "bitwise_not", "add", "sub", "mul", "truediv", "floordiv", "remainder", "fmod", "maximum", "minimum",
+    "atan2", "bitwise_and", "bitwise_or", "bitwise_xor", "copysign", "hypot",
+)
+
+
+class InvalidProgram(ValueError):
+    """A `Program` breaks the codegen contract of `program.py` (a bug in lowering, fusion or scheduling)."""
+
+
+def validation_requested() -> bool:
+    return os.environ.get("FUSE_ALL_VALIDATE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def validate_program(program: Program) -> None:
+    for kernel in program.kernels.values():
+        validate_kernel(kernel, program)
+    _check_steps(program)
+
+
+def validate_kernel(kernel: Kernel, program: Program | None = None) -> None:
+    def fail(message: str):
+        raise InvalidProgram(f"{program.graph_id + ': ' if program else ''}kernel {kernel.name}: {message}")
+
+    outer_vars = {xvar(i) for i in range(len(kernel.outer))}
+    reduction_vars = {rvar(i) for i in range(len(kernel.reduction))}
+    size_symbols = set(kernel.size_symbols)
+    for extent in (*kernel.outer, *kernel.reduction):
+        unknown = sympy.sympify(extent).free_symbols - size_symbols
+        if unknown:
+            fail(f"extent {extent} uses {sorted(map(str, unknown))}, not among its size symbols")
+    if kernel.reduction and not any(loop.over_reduction for loop in kernel.loops):
+        fail("a reduction space but no over_reduction phase")
+
+    dtype_of: dict[str, str] = {}      # every value defined so far
+    visible: set[str] = set()          # the values later phases may read
+    buffer_dtype = {}
+    if program is not None:
+        buffer_dtype = {**{i.name: i.spec.dtype for i in program.inputs if i.spec is not None},
+                        **{n: s.dtype for n, s in program.buffers.items()}}
+
+    def check_index(expr, where: str, over_reduction: bool):
+        expr = sympy.sympify(expr)
+        allowed = outer_vars | size_symbols | (reduction_vars if over_reduction else set())
+        unknown = expr.free_symbols - allowed
+        if unknown:
+            fail(f"{where}: index {expr} uses {sorted(map(str, unknown))}"
+                 + ("" if over_reduction else " (outside a reduction phase only x variables and sizes)"))
+        if expr.is_integer is not True:   # x0 / 2 is not provably an integer
+            fail(f"{where}: index {expr} is not integer-valued")
+
+    for position, loop in enumerate(kernel.loops):
+        phase_values: set[str] = set()
+
+        def use(name: str, where: str) -> str:
+            if name not in phase_values and name not in visible:
+                if name in dtype_of:
+                    fail(f"{where} reads {name!r}, defined in an earlier reduction phase (only Reduce results "
+                         "are visible after their phase)")
+                fail(f"{where} reads {name!r} before it is defined")
+            return dtype_of[name]
+
+        for stmt in loop.body:
+            where = f"phase {position} {type(stmt).__name__} {getattr(stmt, 'name', '')}".rstrip()
+            if isinstance(stmt, Store):
+                if stmt.buffer not in kernel.outputs:
+                    fail(f"{where} stores to {stmt.buffer!r}, not one of its outputs {kernel.outputs}")
+                check_index(stmt.index, where, loop.over_reduction)
+                value_dtype = use(stmt.value, where)
+                if stmt.buffer in buffer_dtype and value_dtype != buffer_dtype[stmt.buffer]:
+                    fail(f"{where} stores a {value_dtype} value into {buffer_dtype[stmt.buffer]} buffer "
+                         f"{stmt.buffer!r}")
+                continue
+            if stmt.name in dtype_of:
+                fail(f"{where}: {stmt.name!r} is defined twice (statements are SSA)")
+            if stmt.dtype not in DTYPES:
+                fail(f"{where}: unknown dtype {stmt.dtype!r}")
+            if isinstance(stmt, Load):
+                if stmt.buffer not in kernel.inputs and stmt.buffer not in kernel.outputs:
+                    fail(f"{where} loads {stmt.buffer!r}, not one of its inputs {kernel.inputs}")
+                if stmt.buffer in buffer_dtype and stmt.dtype != buffer_dtype[stmt.buffer]:
+                    fail(f"{where} loads {buffer_dtype[stmt.buffer]} buffer {stmt.buffer!r} as {stmt.dtype}")
+                check_index(stmt.index, where, loop.over_reduction)
+                if stmt.mask is not None and use(stmt.mask, where) != "bool":
+                    fail(f"{where}: mask {stmt.mask!r} is not bool")
+            elif isinstance(stmt, IndexValue):
+                check_index_value(stmt, where, loop.over_reduction, outer_vars, reduction_vars, size_symbols, fail)
+            elif isinstance(stmt, Compute):
+                _check_compute(stmt, [use(a, where) for a in stmt.args], where, fail)
+            elif isinstance(stmt, Reduce):
+                if not loop.over_reduction:
+                    fail(f"{where}: a Reduce outside a reduction phase")
+                if stmt.op not in REDUCTION_OPS:
+                    fail(f"{where}: unknown reduction {stmt.op!r}")
+                arg_dtype = use(stmt.arg, where)
+                expected = {"argmax": "int64", "argmin": "int64", "any": "bool", "all": "bool"}.get(stmt.op)
+                if expected and stmt.dtype != expected:
+                    fail(f"{where}: {stmt.op} gives {expected}, not {stmt.dtype}")
+                if stmt.op in ("any", "all") and arg_dtype != "bool":
+                    fail(f"{where}: {stmt.op} takes bool, not {arg_dtype}")
+                if expected is None and arg_dtype != stmt.dtype:
+                    fail(f"{where}: {stmt.op} of a {arg_dtype} value declared {stmt.dtype}")
+            elif not isinstance(stmt, Const):
+                fail(f"{where}: unknown statement {stmt!r}")
+            dtype_of[stmt.name] = stmt.dtype
+            phase_values.add(stmt.name)
+            if isinstance(stmt, Reduce) or not loop.over_reduction:
+                visible.add(stmt.name)
+
+
+def check_index_value(stmt, where, over_reduction, outer_vars, reduction_vars, size_symbols, fail) -> None:
+    allowed = outer_vars | size_symbols | (reduction_vars if over_reduction else set())
+    unknown = sympy.sympify(stmt.expr).free_symbols - allowed
+    if unknown:
+        fail(f"{where}: expression {stmt.expr} uses {sorted(map(str, unknown))}")
+
+
+def _check_compute(stmt: Compute, arg_dtypes: list[str], where: str, fail) -> None:
+    if stmt.op not in OP_ARITY:
+        fail(f"{where}: unknown op {stmt.op!r}")
+    if len(stmt.args) != OP_ARITY[stmt.op]:
+        fail(f"{where}: {stmt.op} takes {OP_ARITY[stmt.op]} argument(s), got {len(stmt.args)}")
+    if stmt.op in COMPARISON_OPS and stmt.dtype != "bool":
+        fail(f"{where}: {stmt.op} yields bool, not {stmt.dtype}")
+    if stmt.op in SAME_DTYPE_OPS and any(d != stmt.dtype for d in arg_dtypes):
+        fail(f"{where}: {stmt.op} of {', '.join(arg_dtypes)} declared {stmt.dtype} (the lowering casts first)")
+    if stmt.op in BINARY_OPS and stmt.op in COMPARISON_OPS and arg_dtypes[0] != arg_dtypes[1]:
+        fail(f"{where}: {stmt.op} compares {arg_dtypes[0]} with {arg_dtypes[1]}")
+    if stmt.op == "where":
+        if arg_dtypes[0] != "bool":
+            fail(f"{where}: where's condition is {arg_dtypes[0]}, not bool")
+        if arg_dtypes[1] != stmt.dtype or arg_dtypes[2] != stmt.dtype:
+            fail(f"{where}: where of {arg_dtypes[1]} and {arg_dtypes[2]} declared {stmt.dtype}")
+
+
+def _check_steps(program: Program) -> None:
+    def fail(message: str):
+        raise InvalidProgram(f"{program.graph_id}: {message}")
+
+    defined = {i.name for i in program.inputs} | set(program.constants)
+    allocated: set[str] = set()
+
+    def read(name: str, where: str):
+        if name not in defined:
+            fail(f"{where} reads {name!r}, which no earlier step wrote (or it was freed)")
+
+    for position, step in enumerate(program.steps):
+        where = f"step {position} ({type(step).__name__})"
+        if isinstance(step, Alloc):
+            if step.buffer not in program.buffers:
+                fail(f"{where} allocates {step.buffer!r}, which has no layout in Program.buffers")
+            allocated.add(step.buffer)
+        elif isinstance(step, KernelCall):
+            kernel = program.kernels.get(step.kernel)
+            if kernel is None:
+                fail(f"{where} calls unknown kernel {step.kernel!r}")
+            for name in kernel.inputs:
+                read(name, f"{where} {kernel.name}")
+            for name in kernel.outputs:
+                if name not in allocated and name not in defined:
+                    fail(f"{where} {kernel.name} writes {name!r}, which was never allocated")
+            defined.update(kernel.outputs)
+        elif isinstance(step, ExternCall):
+            for ref in _buffer_refs((step.args, step.kwargs)):
+                read(ref.name, f"{where} {step.target}")
+            defined.update(o for o in step.outputs if o is not None)
+        elif isinstance(step, Free):
+            read(step.buffer, where)
+            defined.discard(step.buffer)
+            allocated.discard(step.buffer)
+        else:
+            fail(f"{where}: unknown step {step!r}")
+    for ref in _buffer_refs(program.outputs):
+        read(ref.name, "the program's outputs")
+
+
+def _buffer_refs(value):
+    if isinstance(value, BufferRef):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _buffer_refs(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _buffer_refs(item)
