@@ -58,9 +58,6 @@ def _automatic_dynamic(fn, shapes, codegen, make_inputs):
     _run_calls(fn, [make_inputs(s) for s in shapes], codegen, dynamic=None)
 
 
-@pytest.mark.xfail(strict=True, reason="found by the fuzzer, not fixed: a constant slice end is not clamped "
-                                       "to a symbolic size (lowerings_view._clamp_index); needs Min in every "
-                                       "printer (issue 9 items 5/7)")
 @pytest.mark.parametrize("codegen", BOTH)
 def test_slice_end_beyond_symbolic_size(codegen):
     """`v[1:5:2]` of a dim that became dynamic (size 2 on the second call): the slice length was computed

@@ -156,8 +156,8 @@ def _clamp_index(v, n):
         if v >= 2 ** 62:
             return n
         if v < 0:
-            return n + v
-        return sympy.Integer(v)
+            return sympy.Max(n + v, 0)
+        return sympy.Min(sympy.Integer(v), n)
     return v
 
 
