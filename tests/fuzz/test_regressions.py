@@ -69,9 +69,6 @@ def test_slice_end_beyond_symbolic_size(codegen):
                        lambda s: [torch.randn(s).to(torch.bfloat16), torch.tensor([True])])
 
 
-@pytest.mark.xfail(strict=True, reason="found by the fuzzer, not fixed: a view's size list holding a symbolic "
-                                       "value computed in the graph is lowered as None (dynamic shapes, issue 9 "
-                                       "items 2/6 area)")
 @pytest.mark.parametrize("codegen", BOTH)
 def test_reshape_flat_of_dynamic_permuted_input(codegen):
     """`x.reshape(-1)` of a permuted input whose sizes became dynamic, then stacked: TypeError
@@ -82,6 +79,17 @@ def test_reshape_flat_of_dynamic_permuted_input(codegen):
         return (torch.stack([flat, flat * 2], 0),)
     _automatic_dynamic(fn, [(32, 11, 1), (31, 12, 1), (29, 16, 1)], codegen,
                        lambda s: [torch.randn(s[2], s[0], s[1]).permute(1, 2, 0)])
+
+
+@pytest.mark.parametrize("codegen,n", [("cpp", 4 * 1009), ("cpp", 4 * 1_000_003),
+                                       pytest.param("triton", 4 * 1009, marks=pytest.mark.triton)])
+def test_view_by_a_symbolic_divisor(codegen, n):
+    """`x.view(4, -1)` under dynamic=True inferred the -1 dim as `s77/4` (a Rational coefficient):
+    "index expression r0 + r1*s77/4 is not integer arithmetic" (the graph could not compile). torch guards
+    the divisibility, so the size is FloorDiv(s77, 4)."""
+    def fn(x):
+        return (x.view(4, -1).t() * 2 + 1).sum(), x.view(-1, 4)[1:].t() - 1
+    _run_calls(fn, [[torch.randn(n)], [torch.randn(n + 8)]], codegen, dynamic=True)
 
 
 @pytest.mark.xfail(strict=True, reason="found by the fuzzer, not fixed: mean by sum/n is not exact for "

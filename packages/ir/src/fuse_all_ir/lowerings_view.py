@@ -70,7 +70,10 @@ def reshape(x: Value, size) -> Value:
     if any(s == -1 for s in size):
         known = sympy.Mul(*[s for s in size if s != -1])
         total = sympy.Mul(*x.size)
-        size = [total / known if s == -1 else s for s in size]
+        inferred = total / known
+        if inferred.is_integer is not True:   # torch guarded divisibility: keep index arithmetic integer
+            inferred = FloorDiv(total, known)
+        size = [inferred if s == -1 else s for s in size]
     size = tuple(size)
     if tuple(x.size) == size:
         return x
