@@ -107,15 +107,19 @@ def test_layer_norm_of_constant_rows_is_zero(codegen):
     assert got.abs().max() <= 1e-6, f"layer_norm of constant rows: max |out| {got.abs().max():.2e}, eager 0"
 
 
-@pytest.mark.parametrize("codegen", [
-    pytest.param("cpp", id="cpp"),
-    pytest.param("triton", id="triton", marks=[pytest.mark.triton, pytest.mark.xfail(
-        strict=True, reason="found by the fuzzer, not fixed: Triton reduction over an empty dim loads through "
-                            "a scalar pointer with a block mask")]),
-])
+@pytest.mark.parametrize("codegen", BOTH)
 def test_sum_over_an_empty_dim(codegen):
     """`stack([x, 2x]).sum((1, 2))` of a (0, 31) tensor is zeros(2); the Triton kernel failed with
     "Mask argument cannot be block type if pointer argument is not a block". Fuzz: seed 0 index 10."""
     def fn(x):
         return (torch.stack([x, x * 2], 0).sum((1, 2)),)
     _run_calls(fn, [[torch.randn(0, 31)]], codegen)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_reductions_over_an_empty_dim_give_the_identity(codegen):
+    """Every reduction eager accepts over zero elements, fused with pointwise work before and after."""
+    def fn(x, y):
+        return ((x * 2).prod(0) + y, (x > 0).any(0), (x < 0).all(0), x.mean(0), x.sum(0, keepdim=True) + y,
+                x.to(torch.int32).sum(0))
+    _run_calls(fn, [[torch.randn(0, 31), torch.randn(31)]], codegen)

@@ -41,6 +41,8 @@ def reduce(g, x: Value, dim, op_name: str, keepdim=False, result: str | None = N
     dims = _dims(x, dim)
     if x.ndim == 0 or all(x.size[d] == 1 for d in dims):
         return _trivial_reduction(src, dims, op_name, keepdim, result)
+    if op_name in _EMPTY_REDUCTION and any(x.size[d] == 0 for d in dims):
+        return _empty_reduction(x, dims, op_name, keepdim, result)
     reduced = g.reduction(src, dims, op_name, acc, keepdim)
     return _as(reduced, result)
 
@@ -52,6 +54,19 @@ def _trivial_reduction(src: Value, dims, op_name: str, keepdim: bool, result: st
     if op_name in ("argmax", "argmin"):
         return Value(value.size, "int64", lambda i: const(0, "int64"))
     return _as(value, result)
+
+
+# the value of a reduction over no element (eager refuses max/min/argmax of an empty dim)
+_EMPTY_REDUCTION = {"sum": 0, "prod": 1, "any": False, "all": True}
+
+
+def _empty_reduction(x: Value, dims, op_name: str, keepdim: bool, result: str) -> Value:
+    """No element to read: the identity, and no kernel loads from the empty input."""
+    size = tuple(sympy.Integer(1) if d in dims else n for d, n in enumerate(x.size) if keepdim or d not in dims)
+    value = _EMPTY_REDUCTION[op_name]
+    if dtypes.is_float(result):
+        value = float(value)
+    return Value(size, result, lambda i: const(value, result))
 
 
 @lowers(aten.sum.dim_IntList, aten.sum.default)
