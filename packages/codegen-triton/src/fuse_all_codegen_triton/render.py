@@ -211,9 +211,11 @@ class _Writer:
             parts.append(extra)
         return " & ".join(parts) or None
 
-    def pointer(self, base: str, index, fam: frozenset) -> str:
+    def pointer(self, base: str, index, fam: frozenset, masked: bool = False) -> str:
         code = triton_index(index)
-        if families(index) != fam:   # the mask/value has more families than the index: broadcast it
+        # the mask/value has more families than the index, or a block mask (even of shape [1, 1]) meets a
+        # fixed address: broadcast the pointer, tl.load refuses a block mask on a scalar pointer
+        if families(index) != fam or (masked and not families(index)):
             code = f"{code} + tl.zeros({self.shape(fam)}, tl.int32)"
         return f"{base} + ({code})"
 
@@ -315,7 +317,7 @@ class _Writer:
             base = f"out_ptr{self.k.outputs.index(st.buffer)}"
         own = self.values[st.mask] if st.mask is not None else None
         fam = families(st.index) | (own.fam if own else frozenset())
-        args = [self.pointer(base, st.index, fam)]
+        args = [self.pointer(base, st.index, fam, masked=own is not None)]
         mask = self.mask(fam, own.code if own else None)
         if mask:
             args.append(mask)

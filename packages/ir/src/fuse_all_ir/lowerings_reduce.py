@@ -41,6 +41,8 @@ def reduce(g, x: Value, dim, op_name: str, keepdim=False, result: str | None = N
     dims = _dims(x, dim)
     if x.ndim == 0 or all(x.size[d] == 1 for d in dims):
         return _trivial_reduction(src, dims, op_name, keepdim, result)
+    if op_name in _EMPTY_REDUCTION and any(x.size[d] == 0 for d in dims):
+        return _empty_reduction(x, dims, op_name, keepdim, result)
     reduced = g.reduction(src, dims, op_name, acc, keepdim)
     return _as(reduced, result)
 
@@ -52,6 +54,19 @@ def _trivial_reduction(src: Value, dims, op_name: str, keepdim: bool, result: st
     if op_name in ("argmax", "argmin"):
         return Value(value.size, "int64", lambda i: const(0, "int64"))
     return _as(value, result)
+
+
+# the value of a reduction over no element (eager refuses max/min/argmax of an empty dim)
+_EMPTY_REDUCTION = {"sum": 0, "prod": 1, "any": False, "all": True}
+
+
+def _empty_reduction(x: Value, dims, op_name: str, keepdim: bool, result: str) -> Value:
+    """No element to read: the identity, and no kernel loads from the empty input."""
+    size = tuple(sympy.Integer(1) if d in dims else n for d, n in enumerate(x.size) if keepdim or d not in dims)
+    value = _EMPTY_REDUCTION[op_name]
+    if dtypes.is_float(result):
+        value = float(value)
+    return Value(size, result, lambda i: const(value, result))
 
 
 @lowers(aten.sum.dim_IntList, aten.sum.default)
@@ -197,16 +212,34 @@ def _layer_norm(g, x, normalized_shape, weight, bias, eps):
 
 
 def _var_mean_values(g, xf: Value, dims, acc, correction=0):
-    """Two-pass variance and mean over `dims`, both with the reduced dims kept (size 1)."""
-    count = sympy.Mul(*[xf.size[d] for d in dims]) if xf.ndim else sympy.Integer(1)
-    mean = _divide(reduce(g, xf, dims, "sum", True, acc), count, acc)
-    mean_load = operand_loader(mean, xf.size, acc)
+    """Variance and mean over `dims`, both with the reduced dims kept (size 1), by the corrected two-pass
+    algorithm (Chan, Golub, LeVeque): m = sum(x) / n, then in one pass S = sum(x - m), Q = sum((x - m)^2);
+    mean = m + S / n, var = (Q - S^2 / n) / (n - correction).
 
-    def centered_sq(i):
-        d = op("sub", (xf.loader(i), mean_load(i)), acc)
-        return op("mul", (d, d), acc)
-    squares = reduce(g, Value(xf.size, acc, centered_sq), dims, "sum", True, acc)
-    var = _divide(squares, sympy.Max(count - sym(correction), 0), acc)
+    Like eager's Welford and unlike sum / n alone, a constant row gets exactly its value as mean (sum / n
+    of n equal values is not exact, and layer_norm multiplies that error by 1/sqrt(eps)); S also removes
+    the first pass's rounding from the variance. S is a second accumulator in the pass that already runs,
+    no extra read."""
+    count = sympy.Mul(*[xf.size[d] for d in dims]) if xf.ndim else sympy.Integer(1)
+    first_mean = _divide(reduce(g, xf, dims, "sum", True, acc), count, acc)
+    first_mean_load = operand_loader(first_mean, xf.size, acc)
+
+    def centered(i):
+        return op("sub", (xf.loader(i), first_mean_load(i)), acc)
+    centered_sum = reduce(g, Value(xf.size, acc, centered), dims, "sum", True, acc)
+    squares = reduce(g, Value(xf.size, acc, lambda i: op("mul", (centered(i), centered(i)), acc)),
+                     dims, "sum", True, acc)
+    mean_correction = _divide(centered_sum, count, acc)
+    mean = Value(first_mean.size, acc,
+                 lambda i: op("add", (first_mean.loader(i), mean_correction.loader(i)), acc))
+
+    def corrected_squares(i):
+        s = centered_sum.loader(i)
+        q = op("sub", (squares.loader(i), op("mul", (s, mean_correction.loader(i)), acc)), acc)
+        # Q >= S^2 / n in exact arithmetic; rounding can leave -tiny (a constant row): |q| is as close and
+        # stays hoistable out of the element loop (a NaN-propagating max is not, 3x slower for short rows)
+        return op("abs", (q,), acc)
+    var = _divide(Value(squares.size, acc, corrected_squares), sympy.Max(count - sym(correction), 0), acc)
     return var, mean
 
 

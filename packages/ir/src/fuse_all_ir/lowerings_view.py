@@ -70,7 +70,10 @@ def reshape(x: Value, size) -> Value:
     if any(s == -1 for s in size):
         known = sympy.Mul(*[s for s in size if s != -1])
         total = sympy.Mul(*x.size)
-        size = [total / known if s == -1 else s for s in size]
+        inferred = total / known
+        if inferred.is_integer is not True:   # torch guarded divisibility: keep index arithmetic integer
+            inferred = FloorDiv(total, known)
+        size = [inferred if s == -1 else s for s in size]
     size = tuple(size)
     if tuple(x.size) == size:
         return x
@@ -157,15 +160,20 @@ def _clamp_index(v, n):
             return n
         if v < 0:
             return n + v
-        return sympy.Integer(v)
+        return sympy.Min(sympy.Integer(v), n)
     return v
 
 
-def slice_value(x: Value, dim, start, end, step=1) -> Value:
+def slice_value(x: Value, dim, start, end, step=1, clamp=True) -> Value:
+    """`clamp=False`: the caller's bounds are in range (select, split, unbind), so the size stays the plain
+    expression (a Min of a size that is known to be 1 would not squeeze, nor broadcast as 1)."""
     dim = _dim(dim, x.ndim)
     n = x.size[dim]
-    start = _clamp_index(start if start is not None else 0, n)
-    end = _clamp_index(end if end is not None else 2 ** 63 - 1, n)
+    if clamp:
+        start = _clamp_index(start if start is not None else 0, n)
+        end = _clamp_index(end if end is not None else 2 ** 63 - 1, n)
+    else:
+        start, end = sym(start), sym(end)
     length = sympy.Max(FloorDiv(sympy.Max(end - start, 0) + step - 1, step), 0) if step != 1 else \
         sympy.Max(end - start, 0)
     size = tuple(length if d == dim else s for d, s in enumerate(x.size))
@@ -181,14 +189,25 @@ def slice_value(x: Value, dim, start, end, step=1) -> Value:
 
 @lowers(aten.slice.Tensor, aten.slice_copy.Tensor)
 def _slice(g, x, dim=0, start=None, end=None, step=1):
-    return slice_value(x, dim, start, end, step)
+    out = slice_value(x, dim, start, end, step)
+    traced = g.current.meta.get("val") if g.current is not None else None
+    if isinstance(traced, torch.Tensor) and traced.dim() == out.ndim:
+        # torch resolved the clamp of a symbolic size by a guard: take its plain length over our Min/Max
+        # (a size that is 1 must read as 1, to broadcast and squeeze)
+        d = _dim(dim, x.ndim)
+        size = tuple(sym(traced.shape[d]) if i == d else n for i, n in enumerate(out.size))
+        view = View(out.view.buffer, size, out.view.stride, out.view.offset) if out.view is not None else None
+        out = Value(size, out.dtype, out.loader, view, out.origin)
+    return out
 
 
 @lowers(aten.select.int, aten.select_copy.int)
 def _select(g, x, dim, index):
     dim = _dim(dim, x.ndim)
-    index = _clamp_index(index, x.size[dim]) if not (sym(index).is_number and int(index) >= 0) else sym(index)
-    return squeeze_dims(slice_value(x, dim, index, index + 1), [dim])
+    index = sym(index)
+    if index.is_number and int(index) < 0:   # torch checked the index is in range
+        index = x.size[dim] + index
+    return squeeze_dims(slice_value(x, dim, index, index + 1, clamp=False), [dim])
 
 
 @lowers(aten.split.Tensor, aten.split_with_sizes.default, aten.split_with_sizes_copy.default)
@@ -203,7 +222,7 @@ def _split(g, x, sizes, dim=0):
         sizes = [chunk] * (count - 1) + [n - chunk * (count - 1)]
     out, start = [], sympy.Integer(0)
     for s in sizes:
-        out.append(slice_value(x, dim, start, start + sym(s)))
+        out.append(slice_value(x, dim, start, start + sym(s), clamp=False))
         start = start + sym(s)
     return tuple(out)
 
@@ -213,7 +232,7 @@ def _unbind(g, x, dim=0):
     if x.view is None:
         g.realize(x)
     dim = _dim(dim, x.ndim)
-    return tuple(squeeze_dims(slice_value(x, dim, i, i + 1), [dim]) for i in range(int(x.size[dim])))
+    return tuple(squeeze_dims(slice_value(x, dim, i, i + 1, clamp=False), [dim]) for i in range(int(x.size[dim])))
 
 
 @lowers(aten.as_strided.default, aten.as_strided_copy.default)
