@@ -31,20 +31,12 @@ def main():
     for name, f in compiled.items():
         print(f"{name:9s} {per_call_us(f, x):8.2f} us/call")
     graph = fuse_all.compiled_graphs()[-1]
-    module = __import__("importlib").import_module
-    print("output_code:", graph.output_code)
-    import sys
-    host = next(m for m in sys.modules.values() if getattr(m, "__fuse_all_path__", None) == graph.output_code)
-    for name in dir(host):
-        if name.endswith("_launcher"):
-            launcher = getattr(host, name)
-            print(name, "run =", getattr(launcher.run, "__qualname__", launcher.run))
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(2000):
         compiled["fuse_all"](x)
     profile.disable()
-    pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+    pstats.Stats(profile).sort_stats("tottime").print_stats(22)
 
 
 if __name__ == "__main__":
