@@ -31,6 +31,18 @@ def main():
     for name, f in compiled.items():
         print(f"{name:9s} {per_call_us(f, x):8.2f} us/call")
     graph = fuse_all.compiled_graphs()[-1]
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    for name in ("inductor", "fuse_all"):
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(200):
+                compiled[name](x)
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+        for e in kernels:
+            print(f"{name:9s} device {e.key[:60]:60s} calls {e.count:5d} avg {e.device_time:8.2f} us")
+    import triton.testing
+    for name in ("eager", "inductor", "fuse_all"):
+        print(name, "do_bench ms", triton.testing.do_bench(lambda: compiled[name](x), return_mode="median"))
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(2000):
