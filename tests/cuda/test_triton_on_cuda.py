@@ -143,4 +143,4 @@ def test_reduce_overhead_replays_cuda_graphs():
     # with a buffer it is copied into: the only plain-running reason allowed is that transient one.
     assert all("moved since capture" in d for d in graph.cudagraphs["decisions"]), graph.cudagraphs
     stats = graph.cudagraphs["stats"]
-    assert stats["captures"] >= 1 and stats["replays"] >= 5, stats
+    assert stats["captures"] >= 1 and stats["replays"] >= 3, stats   # the last calls replay
