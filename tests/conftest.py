@@ -35,3 +35,15 @@ def _fuse_all_logs_reach_caplog(request):
     yield
     logger.propagate, logger.disabled = saved[0], saved[2]
     logger.setLevel(saved[1])
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda_tests = [item for item in items if item.get_closest_marker("cuda")]
+    if not cuda_tests:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs CUDA (run `python -m pytest -m cuda` on a GPU machine)")
+        for item in cuda_tests:
+            item.add_marker(skip)
