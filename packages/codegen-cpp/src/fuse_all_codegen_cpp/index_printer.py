@@ -132,14 +132,10 @@ class CppIndexPrinter(SymbolicPrinter):
     def bool_literal(self, value):
         return "true" if value else "false"
 
-    def _print_And(self, expr):
-        return "(" + " && ".join(self._print(a) for a in expr.args) + ")"
+    AND, OR = " && ", " || "
 
-    def _print_Or(self, expr):
-        return "(" + " || ".join(self._print(a) for a in expr.args) + ")"
-
-    def _print_Not(self, expr):
-        return f"(!{self._print(expr.args[0])})"
+    def logic_not(self, operand):
+        return f"(!{operand})"
 
 
 _PRINTER = CppIndexPrinter()

@@ -136,14 +136,13 @@ class TritonIndexPrinter(SymbolicPrinter):
     def float_pow(self, base, exp):
         return f"libdevice.pow({_f64(base)}, {_f64(exp)})"
 
-    def _print_And(self, expr):
-        return "(" + " & ".join(self._operand(a) for a in expr.args) + ")"
+    AND, OR = " & ", " | "
 
-    def _print_Or(self, expr):
-        return "(" + " | ".join(self._operand(a) for a in expr.args) + ")"
+    def logic_operand(self, expr):
+        return self._operand(expr)
 
-    def _print_Not(self, expr):
-        return f"({self._operand(expr.args[0])} == 0)"
+    def logic_not(self, operand):
+        return f"({operand} == 0)"
 
 
 def _balanced_outer(text: str) -> bool:

@@ -95,15 +95,6 @@ class PythonIndexPrinter(sympy_functions.SymbolicPrinter):
     def float_pow(self, base, exp):
         return f"math.pow({base}, {exp})"
 
-    def _print_And(self, expr):
-        return "(" + " and ".join(self._print(a) for a in expr.args) + ")"
-
-    def _print_Or(self, expr):
-        return "(" + " or ".join(self._print(a) for a in expr.args) + ")"
-
-    def _print_Not(self, expr):
-        return f"(not {self._print(expr.args[0])})"
-
 
 _PRINTER = PythonIndexPrinter()
 

@@ -295,6 +295,24 @@ class SymbolicPrinter(sympy.printing.str.StrPrinter):
     def float_pow(self, base: str, exp: str) -> str:
         raise UnsupportedSymbolic(f"{self.language} printer has no real-valued power")
 
+    # boolean connectives: each language's spelling; `logic_operand` prints one operand
+    AND, OR = " and ", " or "
+
+    def logic_operand(self, expr) -> str:
+        return self._print(expr)
+
+    def logic_not(self, operand: str) -> str:
+        return f"(not {operand})"
+
+    def _print_And(self, expr):
+        return "(" + self.AND.join(self.logic_operand(a) for a in expr.args) + ")"
+
+    def _print_Or(self, expr):
+        return "(" + self.OR.join(self.logic_operand(a) for a in expr.args) + ")"
+
+    def _print_Not(self, expr):
+        return self.logic_not(self.logic_operand(expr.args[0]))
+
     def _print_relational(self, expr):
         return f"({self._print(expr.lhs)} {RELATIONALS[type(expr)]} {self._print(expr.rhs)})"
 
