@@ -1,38 +1,22 @@
 """Fixtures for the Triton codegen tests: they run kernels in Triton's CPU interpreter.
 
-`TRITON_INTERPRET=1` must be set when `triton.jit` decorates a kernel (Triton reads it then), and
-`fuse_all_codegen_triton` binds its interpreter/GPU pieces at import, so the fixture imports the package
-fresh with the variable set, and undoes both afterwards: other test packages in the same pytest session
-see neither the variable nor an interpreter-mode copy of the package.
+The package is imported afresh with `TRITON_INTERPRET=1` for each module (tests/triton_mode.py says why).
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/kernel_examples.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/kernel_examples.py, triton_mode.py
 
-
-def _purge_package() -> None:
-    for name in [m for m in sys.modules if m == "fuse_all_codegen_triton" or m.startswith("fuse_all_codegen_triton.")]:
-        del sys.modules[name]
+from triton_mode import fresh_triton_codegen  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
 def triton_interpret():
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    _purge_package()
-    import fuse_all_codegen_triton
-    yield fuse_all_codegen_triton
-    _purge_package()
-    if saved is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = saved
+    yield from fresh_triton_codegen("1")
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,6 @@ import), and undoes both afterwards.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -20,23 +19,12 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS), str(TESTS / "ops")]   # kernel_examples.py, fuse_all_optest.py
 
 
-def _purge_triton_codegen() -> None:
-    for name in [m for m in sys.modules if m == "fuse_all_codegen_triton" or m.startswith("fuse_all_codegen_triton.")]:
-        del sys.modules[name]
+from triton_mode import fresh_triton_codegen  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled_triton():
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "0"
-    _purge_triton_codegen()
-    import fuse_all_codegen_triton
-    yield fuse_all_codegen_triton
-    _purge_triton_codegen()
-    if saved is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = saved
+    yield from fresh_triton_codegen("0")
 
 
 @pytest.fixture(autouse=True)
