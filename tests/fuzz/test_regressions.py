@@ -150,16 +150,19 @@ def test_select_and_leading_slice_of_a_dynamic_dim_keep_size_one(codegen):
                        lambda s: [torch.randn(s), torch.randn(s[0], 1, s[2])])
 
 
-@pytest.mark.xfail(strict=True, reason="found by the fuzzer, not fixed: a graph output that views an input is "
-                   "returned as a copy, and AOTAutograd rebuilds the alias from the copy's storage offset")
 @pytest.mark.parametrize("codegen", BOTH)
 def test_view_of_an_offset_input_returned_under_dynamic_shapes(codegen):
-    """Both codegens: a graph output that is a view of an input (here `narrow`) is returned as a fresh
+    """Both codegens: a graph output that is a view of an input (here `narrow`) was returned as a fresh
     copy; under dynamic shapes AOTAutograd rebuilds an input's alias from the returned tensor's storage
-    offset, so for an input with a storage offset the result reads the wrong elements (got a[0:2], eager
-    a[1:3]), silently. Returning a real view (lowering._lower_output) fixes it but changes kernel counts the
-    tooling tests pin; not landed yet. Fuzz: seed 13 index 336 (both)."""
+    offset, so for an input with a storage offset the result read the wrong elements (got a[0:2], eager
+    a[1:3]), silently. Views of inputs are now returned as views (lowering._lower_output); the output
+    must also share the input's storage at eager's offset. Fuzz: seed 13 index 336 (both)."""
     def fn(a):
         return a.narrow(0, 1, a.shape[0] - 2), a + 1
     base = torch.arange(100)
     _run_calls(fn, [[base[5:5 + n]] for n in (2, 4, 6)], codegen, dynamic=True)
+    compiled = compile_fn(fn, codegen, dynamic=True)
+    a = base[7:7 + 9]
+    view, _ = compiled(a)
+    assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    assert view.storage_offset() == fn(a)[0].storage_offset() == 8

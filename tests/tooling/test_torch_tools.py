@@ -12,6 +12,10 @@ import pytest
 
 from tooling_testing import run_python, trace_records
 
+# kernels of sample_program.py's training forward graph: kernel_0 is x.mean(), kernel_1 the fused
+# relu/sum/softmax/cos/le chain after the mm; the saved aten.t(x) is a view of the input, not a kernel
+FORWARD_KERNELS = 2
+
 
 def test_torch_logs_fuse_all_prints_one_info_line_per_graph(traced_run):
     err = traced_run.stderr
@@ -19,7 +23,7 @@ def test_torch_logs_fuse_all_prints_one_info_line_per_graph(traced_run):
     # layer: forward + backward (compile 0/0), inference after no_grad (0/1); with_break: two graphs
     assert len(lines) == 5, err[-3000:]
     forward = next(line for line in lines if "forward graph" in line)
-    assert re.search(r"\[0/0\] on cpu: 3 kernels \(cpp\), 1 ATen calls, \d+ ops fused, \d+\.\d\d s", forward), forward
+    assert re.search(rf"\[0/0\] on cpu: {FORWARD_KERNELS} kernels \(cpp\), 1 ATen calls, \d+ ops fused, \d+\.\d\d s", forward), forward
     assert sum("backward graph" in line and "[0/0]" in line for line in lines) == 1
     assert "Output code of" not in err and "[__fusion]" not in err   # artifacts only when asked
 
@@ -29,7 +33,7 @@ def test_torch_logs_artifacts_carry_our_code_and_fusion(artifact_logs_run):
     assert "fuse_all: compiled" not in err                            # the INFO line is the fuse_all log's
     assert err.count("[__output_code] Output code of fuse_all forward graph") == 1
     assert "def call(args)" in err or "def call(" in err
-    assert "[__fusion] fusion report: 3 kernels, 1 ATen calls" in err
+    assert f"[__fusion] fusion report: {FORWARD_KERNELS} kernels, 1 ATen calls" in err
     assert "producer is an ATen call (aten.mm.default)" in err
     assert re.search(r"\[__schedule\]\s+0  ATen aten\.mm\.default", err)
 
@@ -54,13 +58,13 @@ def test_torch_trace_has_our_artifacts_under_each_compile_id(traced_run):
         assert f"fuse_all_forward_{what}" in forward and f"fuse_all_backward_{what}" in forward
     assert "aten.mm.default" in forward["fuse_all_forward_aten_graph"]
     report = json.loads(forward["fuse_all_forward_fusion_report"])
-    assert len(report["groups"]) == 3 and report["rejected"]
+    assert len(report["groups"]) == FORWARD_KERNELS and report["rejected"]
     summary = json.loads(forward["fuse_all_forward_summary"])
-    assert summary["compile_id"] == "0/0" and summary["kernels"] == 3 and summary["aten_calls"] == 1
+    assert summary["compile_id"] == "0/0" and summary["kernels"] == FORWARD_KERNELS and summary["aten_calls"] == 1
     phases = json.loads(forward["fuse_all_forward_compile_phases"])
     assert set(phases) >= {"lower_fuse_schedule", "render", "compile_kernels"}
     kernels = [name for name in forward if name.startswith("fuse_all_forward_kernel_")]
-    assert len(kernels) == 3 and all("extern \"C\"" in forward[k] for k in kernels)
+    assert len(kernels) == FORWARD_KERNELS and all("extern \"C\"" in forward[k] for k in kernels)
     ET.fromstring(forward["fuse_all_forward_fusion_svg"])   # a well-formed SVG
     assert "fuse_all_inference_output_code" in ours["0/1"]
 
@@ -99,7 +103,7 @@ def test_torch_compile_debug_writes_inside_torchs_run_folder(torch_debug_run):
         assert (forward / name).is_file(), name
     facts = json.loads((forward / "graph.json").read_text())
     assert facts["compile_id"] == "0/0" and facts["aot_graph"] == forward.name[:-2] and facts["kind"] == "forward"
-    assert len(list((forward / "kernels").glob("kernel_*.cpp"))) == 3
+    assert len(list((forward / "kernels").glob("kernel_*.cpp"))) == FORWARD_KERNELS
     assert not (tmp_path / "fuse_all_debug").exists()
     record = json.loads((tmp_path / "records" / f"{facts['graph_id']}.json").read_text())
     assert record["fusion_svg"] == str(forward / "fusion.svg") and record["compile_id"] == "0/0"

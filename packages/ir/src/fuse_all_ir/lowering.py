@@ -365,10 +365,13 @@ class GraphLowering:
         if isinstance(value, Value):
             stride = _meta_stride(arg)
             view = value.view
-            if (view is not None and self.nodes[view.buffer].kind != "input" and stride is not None
-                    and tuple(view.stride) == tuple(stride)):
-                # a view of an intermediate stays a view: outputs alias each other as in eager
+            if view is not None and stride is not None and tuple(view.stride) == tuple(stride):
+                # a view stays a view: outputs alias each other and the inputs as in eager (AOTAutograd
+                # rebuilds an output that aliases an input from the returned tensor's storage offset)
                 return self.as_ref(value)
+            expanded = self._expand_of_realized_source(arg, stride)
+            if expanded is not None:
+                return expanded
             name = self.realize(value, stride)
             spec = self.nodes[name].spec
             if stride is not None and tuple(stride) != tuple(spec.stride):
@@ -378,6 +381,23 @@ class GraphLowering:
         if value is None or isinstance(value, (sympy.Basic, int, float, bool)):
             return value
         raise Unsupported(f"graph output of type {type(value).__name__}")
+
+
+    def _expand_of_realized_source(self, node: torch.fx.Node, stride):
+        """An output that is `expand` (stride 0) of a computed value: the value is made a buffer and the
+        output returned as the stride-0 view of it, as eager does, instead of a materialised copy."""
+        if (node.target is not torch.ops.aten.expand.default or stride is None or 0 not in stride
+                or not isinstance(node.args[0], torch.fx.Node)):
+            return None
+        source = self.env[node.args[0].name]
+        if not isinstance(source, Value):
+            return None
+        self.realize(source, _meta_stride(node.args[0]))
+        args = torch.fx.node.map_arg(node.args[1:], lambda n: self.env[n.name])
+        expanded = LOWERINGS[torch.ops.aten.expand.default](self, source, *args)
+        if expanded.view is None or tuple(expanded.view.stride) != tuple(stride):
+            return None
+        return self.as_ref(expanded)
 
 
 def _meta_stride(node: torch.fx.Node):
