@@ -1,0 +1,155 @@
+"""Op families of the generator that move or reduce elements: views, cat/stack/pad, reductions, and sizes
+used as values."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+class ShapeOps:
+    """Mixed into `fuzzgen.Generator` (uses its `r`, `vals`, `pick`, `emit`, `squash`, `_kink_ok`)."""
+
+    def op_view(self):
+        r = self.r
+        v = self.pick(lambda v: v.ndim >= 1)
+        if v is None:
+            return
+        n, N = v.ndim, v.name
+        shape = list(v.meta.shape)
+        d = r.randrange(n)
+        d2 = r.randrange(n)
+        perm = list(range(n))
+        r.shuffle(perm)
+        a = r.choice((0, 1, 2, -3))
+        s = r.choice((1, 2, 3))
+        idx = ":, " * d
+        options = [
+            ("transpose", f"{N}.transpose({d}, {d2})"), ("permute", f"{N}.permute({perm})"),
+            ("slice", f"{N}[{idx}{a}:{r.choice(('', '-1', '5'))}:{s}]"),
+            ("narrow", f"{N}.narrow({d}, 1, {N}.shape[{d}] - 2)" if r.random() < 0.5 else f"{N}[{idx}1:]"),
+            ("select", f"{N}[{idx}{r.choice((0, 1, -1))}]"), ("select_fn", f"{N}.select({d}, -1)"),
+            ("flip", f"torch.flip({N}, {sorted({d, d2})})"),
+            ("unsqueeze", f"{N}.unsqueeze({r.randint(-n - 1, n)})"),
+            ("expand", f"{N}.unsqueeze({d}).expand({', '.join(['-1'] * d + [str(r.choice((2, 3, 5)))] + ['-1'] * (n - d))})"),
+            ("expand1", f"{N}.expand({', '.join(str(r.choice((2, 3))) if x == 1 else '-1' for x in shape)})"),
+            ("squeeze", f"{N}.squeeze({d})" if shape[d] == 1 else f"{N}.squeeze()"),
+            ("flatten", f"{N}.flatten({min(d, d2)}, {max(d, d2)})"),
+            ("reshape_minus1", f"{N}.reshape(-1)"), ("view_minus1", f"{N}.view(-1)"),
+            ("unflatten", f"{N}.unflatten({d}, ({r.choice((2, 3))}, -1))"),
+            ("reshape_split", f"{N}.reshape({', '.join(f'{N}.shape[{i}]' for i in range(d))}{', ' if d else ''}{r.choice((2, 3))}, -1)"),
+            ("movedim", f"torch.movedim({N}, {d}, {d2})"),
+            ("t", f"{N}.t()" if n <= 2 else f"{N}.mT"),
+            ("contiguous", f"{N}.contiguous()" if r.random() < 0.5 else f"{N}.clone(memory_format=torch.channels_last)"),
+            ("chunk", f"{N}.chunk(2, {d})[{r.choice((0, -1))}]"), ("split", f"torch.split({N}, 3, {d})[0]"),
+            ("unbind", f"{N}.unbind({d})[-1]" if shape[d] <= 8 else f"{N}.select({d}, 0)"),  # 1 output per slice
+            ("diagonal", f"{N}.diagonal(0, {d}, {d2})"),
+            ("roll", f"torch.roll({N}, 1, {d})"),
+        ]
+        tag, expr = r.choice(options)
+        self.emit(expr, v.lo, v.hi, v.exact, tag)
+
+    def op_cat_pad(self):
+        r = self.r
+        v = self.pick(lambda v: v.ndim >= 1)
+        if v is None:
+            return
+        d = r.randrange(v.ndim)
+        N = v.name
+        same = [w for w in self.vals if w is not v and w.dtype == v.dtype and w.ndim == v.ndim and all(
+            self._cat_ok(x, y, d) for x, y in zip(v.metas, w.metas))]
+        choice = r.random()
+        if same and choice < 0.4:
+            w = r.choice(same)
+            self.emit(f"torch.cat([{N}, {w.name}], {d})", min(v.lo, w.lo), max(v.hi, w.hi), v.exact and w.exact, "cat")
+        elif choice < 0.6:
+            self.emit(f"torch.stack([{N}, {N} * 2], {d})", min(v.lo * 2, v.lo), max(v.hi * 2, v.hi), False, "stack")
+        else:
+            pads = [r.choice((0, 1, 2)) for _ in range(2 * min(v.ndim, 2))]
+            self.emit(f"F.pad({N}, {pads}, value={r.choice((0.0, 1.0))})", min(v.lo, 0), max(v.hi, 1), v.exact,
+                      "pad")
+
+    @staticmethod
+    def _cat_ok(x, y, d):
+        return all(a == b for i, (a, b) in enumerate(zip(x.shape, y.shape)) if i != d)
+
+    def op_reduce(self):
+        r = self.r
+        v = self.pick()
+        if v is None:
+            return
+        n, N = v.ndim, v.name
+        keep = r.random() < 0.4
+        k = r.randint(1, max(1, n)) if n else 0
+        dims = sorted(r.sample(range(n), k)) if n else []
+        if r.random() < 0.5:
+            dims = [dd - n if r.random() < 0.3 else dd for dd in dims]
+        dim_arg = (str(dims[0]) if len(dims) == 1 and r.random() < 0.5 else str(tuple(dims))) if dims else "()"
+        if n and r.random() < 0.15:
+            dim_arg = None
+        count = max((math.prod(m.shape[dd] for dd in dims) if dims and dim_arg else m.numel()) for m in v.metas)
+        kw = f", keepdim={keep}" if dim_arg is not None else ""
+        dpart = f"{dim_arg}{kw}" if dim_arg is not None else ""
+        one = dims[0] if dims else 0
+        isf = v.dtype.is_floating_point
+        b = v.bound()
+        ops = [("sum", f"{N}.sum({dpart})", -b * count, b * count, not isf),
+               ("amax", f"{N}.amax({dpart})" if dim_arg is not None else f"{N}.amax()", v.lo, v.hi, v.exact)
+               if self._kink_ok(v) else None,
+               ("amin", f"torch.amin({N}, {dpart})" if dim_arg is not None else f"torch.amin({N})", v.lo, v.hi, v.exact)
+               if self._kink_ok(v) else None]
+        if isf:
+            ops += [("mean", f"{N}.mean({dpart})", v.lo, v.hi, False),
+                    ("var", f"{N}.var({dpart}{', ' if dpart else ''}correction={r.choice((0, 1))})", 0, 4 * b * b, False),
+                    ("std", f"torch.std({N}, {dim_arg or 'None'}, keepdim={keep})", 0, 2 * b, False),
+                    ("softmax", f"torch.softmax({N}, {one})" if n else None, 0, 1, False),
+                    ("log_softmax", f"F.log_softmax({N}, {one})" if n else None, v.lo - v.hi - math.log(max(count, 1)) - 1, 0, False),
+                    ("logsumexp", f"torch.logsumexp({N}, {one})" if n else None, v.lo, v.hi + math.log(max(count, 1)), False),
+                    ("layer_norm", f"F.layer_norm({N}, {list(v.meta.shape[-1:])})" if n else None, -50, 50, False),
+                    ("vector_norm", f"torch.linalg.vector_norm({N}, dim={dim_arg or 'None'})", 0, b * math.sqrt(count), False)]
+            if count <= 24 and (0.5 <= v.lo and v.hi <= 1.5):
+                ops.append(("prod", f"{N}.prod({one}{', keepdim=True' if keep else ''})" if n else f"{N}.prod()",
+                            -1.5 ** count, 1.5 ** count, False))
+            elif count <= 24 and not self.train:
+                sq = self.squash(v, "pos")
+                if sq is not None:
+                    ops.append(("prod", f"{sq.name}.prod({one})" if n else f"{sq.name}.prod()", 0, 1.5 ** count, False))
+        elif v.dtype != torch.bool:
+            if count <= 16 and b <= 3:
+                ops.append(("int_prod", f"{N}.prod({one})" if n else f"{N}.prod()", -b ** count, b ** count, True))
+        else:
+            ops += [("any", f"{N}.any({one})" if n else f"{N}.any()", 0, 1, True),
+                    ("all", f"torch.all({N})", 0, 1, True)]
+        if v.exact and v.dtype != torch.bool:
+            ops += [("argmax", f"{N}.argmax({one}{', keepdim=True' if keep else ''})" if n and r.random() < 0.7
+                     else f"{N}.argmax()", 0, count, True),
+                    ("argmin", f"torch.argmin({N}, {one})" if n else f"torch.argmin({N})", 0, count, True),
+                    ("max_dim", f"{N}.max({one}, keepdim={keep})[{r.choice((0, 1))}]" if n else f"{N}.max()",
+                     min(v.lo, 0), max(v.hi, count), True)]
+        ops = [o for o in ops if o is not None and o[1] is not None]
+        tag, expr, lo, hi, exact = r.choice(ops)
+        if tag == "argmax" or tag == "argmin" or tag == "max_dim":
+            lo, hi = min(lo, 0), max(hi, count)
+        self.emit(expr, lo, hi, exact, tag)
+
+    def op_size_arith(self):
+        """Sizes used as values: symbolic under dynamic shapes (issue 9 items 2 and 7)."""
+        r = self.r
+        v = self.pick(lambda v: v.ndim >= 1)
+        if v is None:
+            return
+        d = r.randrange(v.ndim)
+        N = v.name
+        sizes = [m.shape[d] for m in v.metas]
+        lo_n, hi_n = min(sizes), max(sizes)
+        if v.dtype.is_floating_point:
+            opts = [("size_recip", f"{N} * (1.0 / {N}.shape[{d}])", min(v.lo, 0), max(v.hi, 0), False) if lo_n > 0 else None,
+                    ("size_div", f"{N} / {N}.shape[{d}]", min(v.lo, 0), max(v.hi, 0), False) if lo_n > 0 else None,
+                    ("size_add", f"{N} + {N}.shape[{d}]", v.lo, v.hi + hi_n, False)]
+        else:
+            opts = [("size_add", f"{N} + {N}.shape[{d}]", v.lo, v.hi + hi_n, True),
+                    ("size_floordiv", f"{N} * ({N}.shape[{d}] // 2)", -v.bound() * hi_n, v.bound() * hi_n, True)]
+        opts.append(("arange", f"torch.arange({N}.shape[{d}])", 0, hi_n, True))
+        opts = [o for o in opts if o]
+        tag, expr, lo, hi, exact = r.choice(opts)
+        self.emit(expr, lo, hi, exact, tag)
