@@ -184,6 +184,19 @@ class Generator(PointwiseOps, ShapeOps):
     def _kink_ok(self, v):
         return v.exact or not self.train
 
+    def _view_of_an_input(self) -> Val | None:
+        """A view of an input, preferably one with a storage offset, to return: under dynamic shapes
+        AOTAutograd rebuilds an output that aliases an input from the returned tensor's own storage offset
+        (a copy returned in its place read the wrong elements: fuzz seed 13 index 336)."""
+        inputs = [v for v in self.vals if v.is_input and v.ndim >= 1]
+        if not inputs:
+            return None
+        specs = {s.name: s for s in self.inputs}
+        offset = [v for v in inputs if specs[v.name].offset or any(step > 1 for step in specs[v.name].steps)]
+        count = len(self.vals)
+        self.op_view(self.r.choice(offset or inputs))
+        return self.vals[-1] if len(self.vals) > count else None
+
     # ------------------------------------------------------------------ driver
     FAMILIES = (("unary", 6), ("binary", 5), ("view", 4), ("reduce", 4), ("scalar_or_int", 2), ("where", 1),
                 ("cat_pad", 1), ("size_arith", 1))
@@ -223,6 +236,10 @@ class Generator(PointwiseOps, ShapeOps):
             fl = [v for v in computed if v.dtype.is_floating_point]
             if fl:
                 outs.append(fl[-1])
+        if r.random() < (0.5 if self.dynamic else 0.1):
+            view = self._view_of_an_input()
+            if view is not None:
+                outs.append(view)
         return Program(self.seed, self.index, self.inputs, self.lines, [o.name for o in outs],
                        dynamic=self.dynamic, train=self.train, tags=self.tags,
                        exact_names={v.name for v in self.vals if v.exact})

@@ -10,9 +10,9 @@ import torch
 class ShapeOps:
     """Mixed into `fuzzgen.Generator` (uses its `r`, `vals`, `pick`, `emit`, `squash`, `_kink_ok`)."""
 
-    def op_view(self):
+    def op_view(self, v=None):
         r = self.r
-        v = self.pick(lambda v: v.ndim >= 1)
+        v = self.pick(lambda v: v.ndim >= 1) if v is None else v
         if v is None:
             return
         n, N = v.ndim, v.name
