@@ -8,8 +8,9 @@ What the captured graph should contain is decided by what fuses:
   std_mean, addcmul/addcdiv/lerp, plus torch's whole core-ATen table (t/transpose -> permute, sum ->
   sum.dim_IntList, ...). mean and the variance family use our own decompositions below: torch's go through
   `torch._refs` and leave `prims.*` ops (prims.var, prims.sum, prims.broadcast_in_dim) in the graph, and
-  prims.var is a Welford reduction our IR does not have. Ours use aten.sum twice (mean, then squared
-  deviations), which the IR fuses into one two-phase reduction kernel.
+  prims.var is a Welford reduction our IR does not have. Ours use aten.sum (mean, then the deviations'
+  sum and squares: the corrected two-pass algorithm), which the IR fuses into one two-phase reduction
+  kernel.
 * Kept as one ATen op (an extern call to a vendor library beats anything we would generate):
   convolution (+backward), mm/addmm/bmm/baddbmm, embedding (+dense backward: a scatter-add), random ops
   (native_dropout, bernoulli: our kernels have no RNG), im2col/col2im, and scaled-dot-product attention.
@@ -100,13 +101,21 @@ def _var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepd
     n = _count(x, dims)
     acc = _accumulation_dtype(x.dtype)
     wide = x.to(acc)
-    mean = torch.ops.aten.sum.dim_IntList(wide, dims, True) / n
-    deviation = wide - mean
-    squares = torch.ops.aten.sum.dim_IntList(deviation * deviation, dims, keepdim)
+    # The corrected two-pass algorithm (Chan, Golub, LeVeque), as the IR's own var lowering: the first
+    # mean's rounding error d makes every deviation off by d, which the plain two-pass variance keeps
+    # (a constant row of 216.0 got std 3e-5, eager's Welford 0); S = sum(x - m) measures it and removes it.
+    first_mean = torch.ops.aten.sum.dim_IntList(wide, dims, True) / n
+    deviation = wide - first_mean
+    deviation_sum = torch.ops.aten.sum.dim_IntList(deviation, dims, True)
+    squares = torch.ops.aten.sum.dim_IntList(deviation * deviation, dims, True)
+    mean_correction = deviation_sum / n
+    # Q >= S^2 / n in exact arithmetic; rounding can leave -tiny for a constant row
+    corrected = torch.abs(squares - deviation_sum * mean_correction)
     # Eager divides by max(0, N - correction): 0/0 gives nan, x/0 gives inf, exactly like ATen.
-    var = squares / torch.sym_max(n - (1 if correction is None else correction), 0)
+    var = corrected / torch.sym_max(n - (1 if correction is None else correction), 0)
+    mean = first_mean + mean_correction
     if not keepdim:
-        mean = torch.ops.aten.squeeze.dims(mean, dims)
+        var, mean = torch.ops.aten.squeeze.dims(var, dims), torch.ops.aten.squeeze.dims(mean, dims)
     return var.to(x.dtype), mean.to(x.dtype)
 
 
