@@ -26,6 +26,7 @@ import sympy
 
 from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Program, Reduce, Store
 from fuse_all_ir.symbolic import rvar, xvar
+from fuse_all_ir.vocabulary import is_float, is_positional
 
 from . import rules
 from .index_printer import c_name, cpp_expr_type, cpp_index
@@ -54,7 +55,7 @@ def _value(name: str) -> str:
 
 
 def is_float_sum(r: Reduce) -> bool:
-    return r.op == "sum" and rules.dtype_class(r.dtype) == "float"
+    return r.op == "sum" and is_float(r.dtype)
 
 
 def _numel(sizes) -> sympy.Expr:
@@ -73,16 +74,8 @@ class KernelRenderer:
     def __init__(self, kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None):
         self.k = kernel = normalize(kernel)
         self.size_hints = size_hints or {}
-        self.dtypes: dict[str, str] = {}            # value name -> IR dtype
-        self.buffers = dict(buffer_dtypes or {})    # buffer name -> IR dtype
-        for stmt in kernel.statements():
-            if isinstance(stmt, (Load, Const, IndexValue, Compute, Reduce)):
-                self.dtypes[stmt.name] = stmt.dtype
-            if isinstance(stmt, Load):
-                self.buffers.setdefault(stmt.buffer, stmt.dtype)
-        for stmt in kernel.statements():
-            if isinstance(stmt, Store):
-                self.buffers.setdefault(stmt.buffer, self.dtypes[stmt.value])
+        self.dtypes = {st.name: st.dtype for st in kernel.statements() if not isinstance(st, Store)}
+        self.buffers = kernel.buffer_dtypes(buffer_dtypes)   # buffer name -> IR dtype
         self.lines: list[str] = []
         self.depth = 0
         self.arrays: set[str] = set()               # values held per column of a tile (tiled reductions)
@@ -155,7 +148,7 @@ class KernelRenderer:
     # -- reductions
     def reduce_update(self, stmt: Reduce) -> None:
         acc, arg = self.ref(stmt.name), self.ref(stmt.arg)
-        if stmt.op in ("argmax", "argmin"):
+        if is_positional(stmt.op):
             pos = cpp_index(self.reduction_position())
             self.emit(f"if (fa_{stmt.op}_takes({arg}, {acc}, {acc}_val)) {{ {acc}_val = {arg}; {acc} = {pos}; }}")
             return
@@ -172,7 +165,7 @@ class KernelRenderer:
     def declare_accumulators(self, reduces: list[Reduce]) -> None:
         for r in reduces:
             acc = _value(r.name)
-            if r.op in ("argmax", "argmin"):
+            if is_positional(r.op):
                 arg_type = rules.compute_type(self.dtypes[r.arg])
                 self.emit(f"{arg_type} {acc}_val = 0; int64_t {acc} = -1;")
             else:
@@ -183,7 +176,7 @@ class KernelRenderer:
         (argmax/argmin keep an index that no OpenMP reduction expresses)."""
         clauses = []
         for r in reduces:
-            if r.op in ("argmax", "argmin"):
+            if is_positional(r.op):
                 return None
             _, ident = rules.reduction_update(r.op, "a", "b", r.dtype)
             clauses.append(f" reduction({ident}:{_value(r.name)})")
@@ -327,7 +320,7 @@ class KernelRenderer:
         """Tile when the reduction walks memory with a stride but the innermost outer dim is contiguous
         (a column sum, `grad.sum(0)`): then the vector loop runs across columns, not down a column."""
         k = self.k
-        if not k.outer or any(isinstance(s, Reduce) and s.op in ("argmax", "argmin") for s in k.statements()):
+        if not k.outer or any(isinstance(s, Reduce) and is_positional(s.op) for s in k.statements()):
             return False
         last_x, last_r = xvar(len(k.outer) - 1), rvar(len(k.reduction) - 1)
         accesses = [s for s in k.statements() if isinstance(s, (Load, Store))]
@@ -427,9 +420,9 @@ class KernelRenderer:
             self.emit("const int64_t fa_max_threads = omp_get_max_threads();")
             self.emit("int64_t fa_used = 1;")
             for r in reduces:
-                part_type = rules.compute_type(self.dtypes[r.arg] if r.op in ("argmax", "argmin") else r.dtype)
+                part_type = rules.compute_type(self.dtypes[r.arg] if is_positional(r.op) else r.dtype)
                 self.emit(f"{part_type} fa_part_{_value(r.name)}[fa_max_threads];")
-                if r.op in ("argmax", "argmin"):
+                if is_positional(r.op):
                     self.emit(f"int64_t fa_part_idx_{_value(r.name)}[fa_max_threads];")
             self.emit(f"#pragma omp parallel{clause}")
             self.open()
@@ -443,7 +436,7 @@ class KernelRenderer:
             self.reduction_loops(loop.body, reduces, ("fa_lo", "fa_hi"))
             for r in reduces:
                 acc = _value(r.name)
-                if r.op in ("argmax", "argmin"):
+                if is_positional(r.op):
                     self.emit(f"fa_part_{acc}[fa_t] = {acc}_val; fa_part_idx_{acc}[fa_t] = {acc};")
                 else:
                     self.emit(f"fa_part_{acc}[fa_t] = {acc};")
@@ -454,7 +447,7 @@ class KernelRenderer:
             self.open("for (int64_t fa_t = 0; fa_t < fa_used; ++fa_t)")
             for r in reduces:
                 acc, part = _value(r.name), f"fa_part_{_value(r.name)}[fa_t]"
-                if r.op in ("argmax", "argmin"):
+                if is_positional(r.op):
                     idx = f"fa_part_idx_{acc}[fa_t]"
                     self.emit(f"if ({idx} >= 0 && fa_{r.op}_takes({part}, {acc}, {acc}_val)) "
                               f"{{ {acc}_val = {part}; {acc} = {idx}; }}")
@@ -482,12 +475,6 @@ def prelude() -> str:
     return _prelude_template().replace("// @MATH_DECLARATIONS@", decls)
 
 
-def program_buffer_dtypes(program: Program) -> dict[str, str]:
-    dtypes = {inp.name: inp.spec.dtype for inp in program.inputs if inp.kind == "tensor" and inp.spec}
-    dtypes.update({name: spec.dtype for name, spec in program.buffers.items()})
-    return dtypes
-
-
 def render_kernel(kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None) -> str:
     """One kernel as an `extern "C"` C++ function (needs the prelude of `render_translation_unit`)."""
     return KernelRenderer(kernel, buffer_dtypes, size_hints).render()
@@ -495,7 +482,7 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, s
 
 def render_translation_unit(program: Program) -> str:
     """All kernels of `program` in one C++ source: compiled by one compiler call."""
-    dtypes = program_buffer_dtypes(program)
+    dtypes = program.buffer_dtypes()
     parts = [f"// fuse-all: graph {program.graph_id}", prelude()]
     for kernel in program.kernels.values():
         parts.append(render_kernel(kernel, dtypes, program.size_hints))

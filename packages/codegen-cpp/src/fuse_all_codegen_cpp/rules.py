@@ -13,42 +13,27 @@ import functools
 import math
 import struct
 
-# dtype -> (storage type in memory, compute type in expressions)
-CTYPES = {
-    "bool": ("bool", "bool"),
-    "uint8": ("uint8_t", "uint8_t"),
-    "int8": ("int8_t", "int8_t"),
-    "int16": ("int16_t", "int16_t"),
-    "int32": ("int32_t", "int32_t"),
-    "int64": ("int64_t", "int64_t"),
-    "float16": ("uint16_t", "float"),
-    "bfloat16": ("uint16_t", "float"),
-    "float32": ("float", "float"),
-    "float64": ("double", "double"),
+from fuse_all_ir.vocabulary import (DType, DTypeClass, NonFinite, compute_dtype, dtype_class, non_finite,
+                                    operand_dtype, reduction_identity)
+from fuse_all_ir.vocabulary import bool_form as _bool_form
+
+# the C type of each dtype's values; float16/bfloat16 are computed in float32 (`vocabulary.compute_dtype`)
+# and stored as their bits
+C_TYPES = {
+    DType.BOOL: "bool", DType.UINT8: "uint8_t", DType.INT8: "int8_t", DType.INT16: "int16_t",
+    DType.INT32: "int32_t", DType.INT64: "int64_t", DType.FLOAT32: "float", DType.FLOAT64: "double",
 }
-INT_DTYPES = ("uint8", "int8", "int16", "int32", "int64")
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-LOAD_CONVERT = {"float16": "fa_h2f({})", "bfloat16": "fa_b2f({})"}
-STORE_CONVERT = {"float16": "fa_f2h({})", "bfloat16": "fa_f2b({})"}
+_STORED_AS_BITS = {DType.FLOAT16: "uint16_t", DType.BFLOAT16: "uint16_t"}
+LOAD_CONVERT = {DType.FLOAT16: "fa_h2f({})", DType.BFLOAT16: "fa_b2f({})"}
+STORE_CONVERT = {DType.FLOAT16: "fa_f2h({})", DType.BFLOAT16: "fa_f2b({})"}
 
 
 def storage_type(dtype: str) -> str:
-    return CTYPES[dtype][0]
+    return _STORED_AS_BITS.get(dtype) or C_TYPES[compute_dtype(dtype)]
 
 
 def compute_type(dtype: str) -> str:
-    return CTYPES[dtype][1]
-
-
-def dtype_class(dtype: str) -> str:
-    """'float' (computed in float or double), 'int' or 'bool': which rule table applies."""
-    if dtype in FLOAT_DTYPES:
-        return "float"
-    if dtype in INT_DTYPES:
-        return "int"
-    if dtype == "bool":
-        return "bool"
-    raise NotImplementedError(f"dtype {dtype!r} has no C++ codegen")
+    return C_TYPES[compute_dtype(dtype)]
 
 
 def _fields(dtype: str) -> dict:
@@ -156,7 +141,7 @@ def render_op(op: str, args: list[str], arg_dtypes: list[str], dtype: str) -> st
     if op == "cast":
         return render_cast(args[0], arg_dtypes[0], dtype)
     # comparisons/logic yield bool but dispatch on their operands; `where` on its values
-    operand = arg_dtypes[1] if op == "where" else arg_dtypes[0]
+    operand = operand_dtype(op, arg_dtypes)
     table = RULES[dtype_class(operand)]
     if op not in table:
         raise NotImplementedError(f"op {op!r} on {operand} has no C++ rule")
@@ -165,7 +150,7 @@ def render_op(op: str, args: list[str], arg_dtypes: list[str], dtype: str) -> st
 
 
 def render_cast(expr: str, src: str, dst: str) -> str:
-    if src == dst or (compute_type(src) == compute_type(dst) and dst not in ("float16", "bfloat16")):
+    if src == dst or (compute_dtype(src) == compute_dtype(dst) == dst):
         return expr   # same compute type (float16 -> float32 included: the value already is a float)
     if dst == "bool":
         return f"({expr} != 0)"
@@ -174,7 +159,7 @@ def render_cast(expr: str, src: str, dst: str) -> str:
     if dst == "bfloat16":
         return f"fa_round_b((float){expr})"
     ctype = compute_type(dst)
-    if dst in INT_DTYPES and src in FLOAT_DTYPES and dst != "int64":
+    if dtype_class(dst) is DTypeClass.INT and dtype_class(src) is DTypeClass.FLOAT and dst != "int64":
         # float -> narrow int through int64: defined wrap-around for values outside the target's range
         return f"(({ctype})(int64_t){expr})"
     return f"(({ctype}){expr})"
@@ -202,21 +187,25 @@ def _round_float(value: float, dtype: str) -> float:
     return value
 
 
+_NON_FINITE = {NonFinite.NAN: '__builtin_nan{f}("")', NonFinite.INF: "__builtin_inf{f}()",
+               NonFinite.NEG_INF: "-__builtin_inf{f}()"}
+
+
 def literal(value, dtype: str) -> str:
     """A C++ literal of `dtype`'s compute type."""
-    if dtype == "bool":
+    cls = dtype_class(dtype)
+    if cls is DTypeClass.BOOL:
         return "true" if value else "false"
-    if dtype in INT_DTYPES:
+    if cls is DTypeClass.INT:
         v = int(value)
         if dtype == "int64":
             return f"(int64_t){v}LL" if -2**63 < v < 2**63 else "(int64_t)(-9223372036854775807LL - 1)"
         return f"(({compute_type(dtype)}){v})"
     f = "" if dtype == "float64" else "f"
     v = _round_float(float(value), dtype)
-    if math.isnan(v):
-        return f"__builtin_nan{f}(\"\")"
-    if math.isinf(v):
-        return f"{'-' if v < 0 else ''}__builtin_inf{f}()"
+    special = non_finite(v)
+    if special is not None:
+        return _NON_FINITE[special].format(f=f)
     text = repr(v)
     if "e" not in text and "." not in text:
         text += ".0"
@@ -225,45 +214,27 @@ def literal(value, dtype: str) -> str:
 
 def reduction_init(op: str, dtype: str) -> str:
     """The identity an accumulator of `op` starts from."""
-    cls = dtype_class(dtype)
-    if op == "sum":
-        return literal(0, dtype) if cls != "bool" else "false"
-    if op == "prod":
-        return literal(1, dtype) if cls != "bool" else "true"
-    if op in ("any",):
-        return "false"
-    if op in ("all",):
-        return "true"
-    if op in ("max", "min"):
-        sign = -1 if op == "max" else 1
-        if cls == "float":
-            return literal(sign * math.inf, dtype)
-        if cls == "bool":
-            return "false" if op == "max" else "true"
-        bits = {"uint8": 8, "int8": 8, "int16": 16, "int32": 32, "int64": 64}[dtype]
-        lo, hi = (0, 255) if dtype == "uint8" else (-2 ** (bits - 1), 2 ** (bits - 1) - 1)
-        return literal(lo if op == "max" else hi, dtype)
-    raise NotImplementedError(f"reduction {op!r}")
+    return literal(reduction_identity(op, dtype), dtype)
 
 
 def reduction_update(op: str, acc: str, value: str, dtype: str) -> tuple[str, str | None]:
     """(statement updating `acc` with `value`, the OpenMP reduction identifier or None when the update
     cannot be an OpenMP reduction)."""
-    cls = dtype_class(dtype)
+    op = _bool_form(op, dtype, dtype)
     if op == "sum":
-        return (f"{acc} = {acc} | {value};", "|") if cls == "bool" else (f"{acc} = {acc} + {value};", "+")
+        return f"{acc} = {acc} + {value};", "+"
     if op == "prod":
-        return (f"{acc} = {acc} & {value};", "&") if cls == "bool" else (f"{acc} = {acc} * {value};", "*")
-    if op == "any" or (op == "max" and cls == "bool"):
+        return f"{acc} = {acc} * {value};", "*"
+    if op == "any":
         return f"{acc} = {acc} | ({value} != 0);", "|"
-    if op == "all" or (op == "min" and cls == "bool"):
+    if op == "all":
         return f"{acc} = {acc} & ({value} != 0);", "&"
     if op in ("max", "min"):
-        if cls == "float":
+        if dtype_class(dtype) is DTypeClass.FLOAT:
             return f"{acc} = fa_{op}({acc}, {value});", f"fa_{op}"
         cmp = ">" if op == "max" else "<"
         return f"{acc} = {value} {cmp} {acc} ? {value} : {acc};", op
-    raise NotImplementedError(f"reduction {op!r}")
+    raise NotImplementedError(f"reduction {op!r} has no C++ accumulator update")
 
 
 def combine(op: str, acc: str, part: str, dtype: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fuse_all_ir.program import Kernel, Program
 
-from .render import c_name, program_buffer_dtypes, render_kernel, render_translation_unit
+from .render import c_name, render_kernel, render_translation_unit
 
 
 def _py_string(text: str) -> str:
@@ -28,7 +28,7 @@ class CppTarget:
         if not program.kernels:
             return "# no C++ kernels in this graph"     # don't pay a compiler call for an empty TU
         source = render_translation_unit(program)
-        dtypes = program_buffer_dtypes(program)
+        dtypes = program.buffer_dtypes()
         for kernel in program.kernels.values():
             self._sources[id(kernel)] = (kernel, render_kernel(kernel, dtypes, program.size_hints))
         lines = [

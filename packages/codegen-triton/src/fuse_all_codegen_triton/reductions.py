@@ -6,39 +6,29 @@ occurrence with NaN as the extreme, sums of small integers accumulate in the IR'
 """
 from __future__ import annotations
 
-import torch
+from fuse_all_ir.vocabulary import bool_form, compute_dtype, is_float, is_positional, reduction_identity
 
-from .rules import FLOATS, SMALL_INTS, compute_dtype, tl_type
+from .rules import SMALL_INTS, literal, tl_type
 
 
 def normalize_op(op: str, arg_dtype: str, result_dtype: str) -> str:
     """max/min of bools are any/all (a sum of bools counts them, unless the result is a bool too)."""
-    if arg_dtype == "bool" and result_dtype == "bool":
-        return {"max": "any", "min": "all", "sum": "any", "prod": "all"}.get(op, op)
-    return op
+    return bool_form(op, arg_dtype, result_dtype)
 
 
 def neutral(op: str, dtype: str) -> str:
     """The value masked lanes hold, as Triton source, for values of (compute) dtype `dtype`."""
-    if op in ("sum", "any"):
-        return "0"
-    if op in ("prod", "all"):
-        return "1"
-    biggest = op in ("min", "argmin")
-    if dtype in FLOATS:
-        return 'float("inf")' if biggest else 'float("-inf")'
-    info = torch.iinfo(getattr(torch, dtype))
-    return str(info.max if biggest else info.min)
+    return literal(reduction_identity(op, dtype), dtype)
 
 
 def combine(op: str, dtype: str, acc: str, value: str) -> str:
     """Elementwise accumulate `value` into `acc` (looped reductions; not used for argmax/argmin)."""
-    is_float = dtype in FLOATS
+    float_values = is_float(dtype)
     return {
         "sum": f"{acc} + {value}",
         "prod": f"{acc} * {value}",
-        "max": f"fa.maximum({acc}, {value})" if is_float else f"tl.maximum({acc}, {value})",
-        "min": f"fa.minimum({acc}, {value})" if is_float else f"tl.minimum({acc}, {value})",
+        "max": f"fa.maximum({acc}, {value})" if float_values else f"tl.maximum({acc}, {value})",
+        "min": f"fa.minimum({acc}, {value})" if float_values else f"tl.minimum({acc}, {value})",
         "any": f"{acc} | {value}",
         "all": f"{acc} & {value}",
     }[op]
@@ -62,19 +52,18 @@ def kahan_step(acc: str, comp: str, value: str, mask: str, new_name) -> list[str
 def final(op: str, dtype: str, masked: str, index: str | None = None) -> str:
     """Reduce a neutral-filled [.., RBLOCK] block `masked` over axis 1, keeping a [.., 1] shape.
     `index` is the block of flat reduction positions (argmax/argmin only)."""
-    is_float = dtype in FLOATS
     if op == "sum":
         code = f"tl.sum({masked}, 1)[:, None]"
     elif op == "prod":
         code = f"fa.prod({masked}, 1)[:, None]"
     elif op in ("max", "min"):
-        fn = (f"fa.{op}_nan" if is_float else f"tl.{op}")
+        fn = (f"fa.{op}_nan" if is_float(dtype) else f"tl.{op}")
         code = f"{fn}({masked}, 1)[:, None]"
     elif op == "any":
         return f"tl.max({masked}.to(tl.int8), 1)[:, None] != 0"
     elif op == "all":
         return f"tl.min({masked}.to(tl.int8), 1)[:, None] != 0"
-    elif op in ("argmax", "argmin"):
+    elif is_positional(op):
         return f"fa.{op}({masked}, {index}, 1)[:, None].to(tl.int64)"
     else:
         raise NotImplementedError(f"reduction {op!r}")
@@ -87,6 +76,6 @@ def accumulator_dtype(op: str, value_dtype: str, result_dtype: str) -> str:
     """The compute dtype reduced values are converted to before masking/accumulating."""
     if op in ("any", "all"):
         return "bool"
-    if op in ("argmax", "argmin"):
+    if is_positional(op):
         return compute_dtype(value_dtype)
     return compute_dtype(result_dtype)

@@ -23,13 +23,14 @@ import sympy
 from fuse_all_ir.host import py_index
 from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Reduce, Store
 from fuse_all_ir.symbolic import rvar, xvar
+from fuse_all_ir.vocabulary import compute_dtype, is_float, is_positional
 
 from . import configs as cfgs
 from . import reductions as red
 from ._triton_compat import pointer_type
 from .indexing import (choose_index_dtype, derive_index_vars, families, stride_along, triton_expr_type,
                        triton_index)
-from .rules import FLOATS, compute_dtype, render_cast, render_compute, tl_type
+from .rules import literal, render_cast, render_compute, tl_type
 
 INDENT = "    "
 
@@ -60,7 +61,7 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict | None = None, hints: dict
                   options: RenderOptions | None = None) -> RenderedKernel:
     options = options or RenderOptions()
     hints = hints or {}
-    dtypes = _buffer_dtypes(kernel, buffer_dtypes or {})
+    dtypes = kernel.buffer_dtypes(buffer_dtypes)
     index_dtype, guard = choose_index_dtype(kernel, hints)
     mode = _mode(kernel, options)
     source = _Writer(kernel, dtypes, index_dtype, mode).render(kernel.name)
@@ -101,22 +102,6 @@ def _mode(kernel: Kernel, options: RenderOptions) -> str:
     return "looped"
 
 
-def _buffer_dtypes(kernel: Kernel, known: dict) -> dict:
-    """Storage dtype of every buffer argument: the program's specs, else what the statements say."""
-    out = {}
-    for st in kernel.statements():
-        if isinstance(st, Load):
-            out.setdefault(st.buffer, st.dtype)
-    values = {st.name: st.dtype for st in kernel.statements() if hasattr(st, "dtype") and hasattr(st, "name")}
-    for st in kernel.statements():
-        if isinstance(st, Store):
-            out.setdefault(st.buffer, values.get(st.value, "float32"))
-    out.update({k: v for k, v in known.items() if k in (*kernel.inputs, *kernel.outputs)})
-    for b in (*kernel.inputs, *kernel.outputs):
-        out.setdefault(b, "float32")   # passed but never touched
-    return out
-
-
 def _size_hint(expr, hints) -> int:
     expr = sympy.sympify(expr)
     if expr.is_number:
@@ -148,19 +133,6 @@ def _configs(kernel, mode, xnumel, rnumel, hints, options: RenderOptions) -> lis
     if mode == "persistent":
         return cfgs.persistent_configs(x, r, inner, options.max_autotune)
     return cfgs.looped_configs(x, r, inner, options.max_autotune, options.rblock)
-
-
-def _literal(value, dtype: str) -> str:
-    if dtype == "bool":
-        return "1" if value else "0"
-    if dtype.startswith("float") or dtype == "bfloat16":
-        value = float(value)
-        if value != value:
-            return 'float("nan")'
-        if value in (float("inf"), float("-inf")):
-            return f'float("{value}")'
-        return repr(value)
-    return str(int(value))
 
 
 class _Writer:
@@ -298,7 +270,7 @@ class _Writer:
         elif isinstance(st, Store):
             self.store(st)
         elif isinstance(st, Const):
-            code = f"tl.full({self.shape(frozenset())}, {_literal(st.value, st.dtype)}, {tl_type(st.dtype)})"
+            code = f"tl.full({self.shape(frozenset())}, {literal(st.value, st.dtype)}, {tl_type(st.dtype)})"
             self.values[st.name] = _Value(self.assign(code), st.dtype, frozenset())
         elif isinstance(st, IndexValue):
             self.index_value(st)
@@ -322,7 +294,7 @@ class _Writer:
         if mask:
             args.append(mask)
         if own is not None:
-            args.append(f"other={_literal(st.other, st.dtype)}")
+            args.append(f"other={literal(st.other, st.dtype)}")
         code = f"tl.load({', '.join(args)})"
         storage = self.dtypes.get(st.buffer, st.dtype)
         if compute_dtype(storage) != storage:   # float16/bfloat16: compute in float32
@@ -375,7 +347,7 @@ class _Writer:
         op, acc_dtype, code = self.reduced_input(st)
         masked = self.assign(f"tl.where(rmask, {code}, {red.neutral(op, acc_dtype)})")
         index = None
-        if op in ("argmax", "argmin"):
+        if is_positional(op):
             index = self.assign(f"tl.broadcast_to(rindex, {masked}.shape)")
         result = self.assign(red.final(op, acc_dtype, masked, index))
         self.values[st.name] = _Value(result, st.dtype, frozenset("x"))
@@ -397,7 +369,7 @@ class _Writer:
             acc = self.new_name("_acc")
             tl_acc = tl_type(acc_dtype)
             inits.append(f"{acc} = tl.full({shape}, {red.neutral(op, acc_dtype)}, {tl_acc})")
-            if op in ("argmax", "argmin"):
+            if is_positional(op):
                 idx = acc + "_index"
                 big = 2**62 if self.idx64 else 2**31 - 1
                 inits.append(f"{idx} = tl.full({shape}, {big}, {'tl.int64' if self.idx64 else 'tl.int32'})")
@@ -406,7 +378,7 @@ class _Writer:
                 self.emit(f"{acc} = tl.where(rmask, {new_v}, {acc})")
                 self.emit(f"{idx} = tl.where(rmask, {new_i}, {idx})")
                 finals.append((st, red.final(op, acc_dtype, acc, idx)))
-            elif op == "sum" and acc_dtype in FLOATS:
+            elif op == "sum" and is_float(acc_dtype):
                 # each lane adds rnumel / RBLOCK values in a row (5e4 at 1e8 elements): compensated
                 # (Kahan) so the lane's error does not grow with that count; see reductions.kahan_step
                 inits.append(f"{acc}_c = tl.full({shape}, 0, {tl_acc})")

@@ -7,19 +7,11 @@ what `tl.math` and libdevice accept. Templates use {0}, {1}, {2} for the argumen
 """
 from __future__ import annotations
 
-FLOATS = ("float16", "bfloat16", "float32", "float64")
-SMALL_INTS = ("int8", "int16", "uint8")   # Triton's integer ops may promote these: cast results back
+from fuse_all_ir.vocabulary import (DTYPE_INFO, INT_DTYPES, DTypeClass, NonFinite, compute_dtype, dtype_class,
+                                    non_finite, scalar_value)
 
-
-def dtype_class(dtype: str) -> str:
-    if dtype in FLOATS:
-        return "float"
-    return "bool" if dtype == "bool" else "int"
-
-
-def compute_dtype(dtype: str) -> str:
-    """The register type of an IR dtype."""
-    return "float32" if dtype in ("float16", "bfloat16") else dtype
+# Triton's integer ops may promote these to int32: cast results back
+SMALL_INTS = tuple(d for d in INT_DTYPES if DTYPE_INFO[d].bits < 32)
 
 
 def tl_type(dtype: str) -> str:
@@ -91,14 +83,14 @@ def render_compute(op: str, args: list[tuple[str, str]], out_dtype: str) -> str:
         cond = codes[0] if args[0][1] == "bool" else f"({codes[0]} != 0)"
         return f"tl.where({cond}, {codes[1]}, {codes[2]})"
     cls = dtype_class(args[0][1])
-    if op == "sqrt" and cls == "float":   # tl.sqrt is the fast approximate one for float32
+    if op == "sqrt" and cls is DTypeClass.FLOAT:   # tl.sqrt is the fast approximate one for float32
         return f"tl.sqrt({codes[0]})" if args[0][1] == "float64" else f"tl.sqrt_rn({codes[0]})"
-    table = {"float": _FLOAT, "int": _INT, "bool": _BOOL}[cls]
+    table = {DTypeClass.FLOAT: _FLOAT, DTypeClass.INT: _INT, DTypeClass.BOOL: _BOOL}[cls]
     template = (args[0][1] == "uint8" and _UNSIGNED.get(op)) or table.get(op) or _SAME_FOR_ALL.get(op)
     if template is None:
         raise NotImplementedError(f"op {op!r} on {args[0][1]} has no Triton rule")
     code = template.format(*[_paren(c) for c in codes], T=tl_type(out_dtype))
-    if cls == "int" and out_dtype in SMALL_INTS and op not in ("eq", "ne", "lt", "le", "gt", "ge"):
+    if cls is DTypeClass.INT and out_dtype in SMALL_INTS and op not in ("eq", "ne", "lt", "le", "gt", "ge"):
         code = f"({code}).to({tl_type(out_dtype)})"
     return code
 
@@ -114,11 +106,23 @@ def render_cast(code: str, src: str, dst: str) -> str:
         # via float32: Triton's interpreter converts only float32/float16 to bfloat16 (the extra
         # rounding step can differ from a direct conversion only for float64 ties, and ints >= 2**24)
         code = f"{_paren(code)}.to(tl.float32)"
-    if dst in ("float16", "bfloat16"):
-        return f"{_paren(code)}.to(tl.{dst}).to(tl.float32)"
+    if compute_dtype(dst) != dst:   # stored narrower than computed: round through the narrow type
+        return f"{_paren(code)}.to(tl.{dst}).to({tl_type(dst)})"
     if compute_dtype(src) == compute_dtype(dst):
         return code
     return f"{_paren(code)}.to({tl_type(dst)})"
+
+
+_NON_FINITE = {NonFinite.NAN: 'float("nan")', NonFinite.INF: 'float("inf")', NonFinite.NEG_INF: 'float("-inf")'}
+
+
+def literal(value, dtype: str) -> str:
+    """A Triton (Python) literal of `value` as a `dtype` value; bools are 0/1 (`tl.int1`)."""
+    value = scalar_value(value, dtype)
+    if isinstance(value, float):
+        special = non_finite(value)
+        return _NON_FINITE[special] if special is not None else repr(value)
+    return str(int(value))
 
 
 def _paren(code: str) -> str:

@@ -43,8 +43,7 @@ class TritonTarget:
             return cached[1]
         dtypes, hints = {}, {}
         if program is not None:
-            dtypes = {name: spec.dtype for name, spec in program.buffers.items()}
-            dtypes.update({i.name: i.spec.dtype for i in program.inputs if i.kind == "tensor" and i.spec})
+            dtypes = program.buffer_dtypes()
             hints = dict(program.size_hints)
         rendered = render_kernel(kernel, dtypes, hints, self.options)
         self._rendered[id(kernel)] = (kernel, rendered)

@@ -7,6 +7,11 @@ from .__about__ import __version__
 from .api import Compiled, lower, lowered_ops
 from .printing import format_kernel, format_lowered, format_program
 from .dtypes import UnsupportedDtype, dtype_name, torch_dtype
+from . import vocabulary
+from .vocabulary import (
+    DTYPE_INFO, OP_INFO, REDUCTION_INFO, DType, DTypeClass, ExprKind, KernelKind, NodeKind, NonFinite, Op, OpResult,
+    ReductionOp, compute_dtype, dtype_class, is_float, is_positional, non_finite, reduction_identity,
+)
 from .cache_dirs import (
     UnsafeDirectory, LockWaitAbandoned, atomic_write, cache_root, caches_disabled, check_private, exclusive_lock, make_private, private_dir,
     read_regular_file, sweep_stale_temps, temp_file, user_cache_dir,
@@ -25,7 +30,9 @@ from .validate import InvalidProgram, validate_kernel, validate_program
 from .symbolic import FloorDiv, ModularIndexing, rvar, size_symbol, xvar
 
 __all__ = [
-    "__version__", "Compiled", "lower", "lowered_ops", "format_kernel", "format_lowered", "format_program", "UnsupportedDtype", "dtype_name", "torch_dtype", "KernelTarget", "load_host_program",
+    "__version__", "vocabulary", "DTYPE_INFO", "OP_INFO", "REDUCTION_INFO", "DType", "DTypeClass", "ExprKind",
+    "KernelKind", "NodeKind", "NonFinite", "Op", "OpResult", "ReductionOp", "compute_dtype", "dtype_class", "is_float",
+    "is_positional", "non_finite", "reduction_identity", "Compiled", "lower", "lowered_ops", "format_kernel", "format_lowered", "format_program", "UnsupportedDtype", "dtype_name", "torch_dtype", "KernelTarget", "load_host_program",
     "HostProgramError", "unresolved_names", "SYMPY_FUNCTIONS", "UnsupportedSymbolic",
     "render_host_program", "BINARY_OPS", "DTYPES", "OP_ARITY", "REDUCTION_OPS", "TERNARY_OPS", "UNARY_OPS",
     "Alloc", "BufferRef", "Compute", "Const", "ExternCall", "Free", "GraphInput", "IndexValue", "Kernel",

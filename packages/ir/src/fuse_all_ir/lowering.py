@@ -15,6 +15,7 @@ from ._torch_compat import backed_size_values, real_tensor_mode
 from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, load
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .symbolic import free_size_symbols
+from .vocabulary import NodeKind, reduction
 
 LOWERINGS: dict = {}
 MAX_CONSTANT_ELEMENTS = 4096
@@ -134,7 +135,7 @@ class GraphLowering:
         order = tuple(sorted(range(len(stride)), key=lambda d: (-_stride_rank(stride[d]), d)))
         # the op that computed the value, not the one that needs it in memory (an ATen call's argument)
         origins = (value.origin,) if value.origin is not None else self._origins()
-        self.nodes[name] = Node(name, "pointwise", spec, body=value.loader, iter_order=order, origins=origins)
+        self.nodes[name] = Node(name, NodeKind.POINTWISE, spec, body=value.loader, iter_order=order, origins=origins)
         fresh = buffer_value(name, spec)
         value.loader, value.view = fresh.loader, fresh.view
         return name
@@ -156,7 +157,7 @@ class GraphLowering:
 
         spec = TensorSpec(dtype, outer_size, contiguous_strides(outer_size), sympy.Integer(0), self.device)
         name = self.new_name()
-        self.nodes[name] = Node(name, "reduction", spec, body=body, reduction_size=red_size, reduction_op=op,
+        self.nodes[name] = Node(name, NodeKind.REDUCTION, spec, body=body, reduction_size=red_size, reduction_op=reduction(op),
                                 iter_order=tuple(range(len(outer_size))), origins=self._origins())
         result = buffer_value(name, spec)
         if not keepdim:
@@ -195,10 +196,10 @@ class GraphLowering:
             if name is None:
                 results.append(None)
                 continue
-            self.nodes[name] = Node(name, "extern", spec, extern=call, origins=call.origins, reads=reads)
+            self.nodes[name] = Node(name, NodeKind.EXTERN, spec, extern=call, origins=call.origins, reads=reads)
             results.append(buffer_value(name, spec))
         if not any(outputs):
-            self.nodes[anchor] = Node(anchor, "extern", None, extern=call, origins=call.origins, reads=reads)
+            self.nodes[anchor] = Node(anchor, NodeKind.EXTERN, None, extern=call, origins=call.origins, reads=reads)
         return results[0] if single else tuple(results)
 
     def _extern_arg(self, a):
@@ -250,7 +251,7 @@ class GraphLowering:
         if isinstance(val, torch.Tensor):
             spec = spec_of(val, self.device)
             self.inputs.append(GraphInput(name, "tensor", spec=spec))
-            self.nodes[name] = Node(name, "input", spec)
+            self.nodes[name] = Node(name, NodeKind.INPUT, spec)
             self.env[node.name] = buffer_value(name, spec)
             for d, s in enumerate(spec.size):
                 if isinstance(s, sympy.Symbol) and s not in self.size_symbols:
@@ -283,7 +284,7 @@ class GraphLowering:
         spec = TensorSpec(_dtype_str(value.dtype), tuple(sym(s) for s in value.shape),
                           contiguous_strides(tuple(sym(s) for s in value.shape)), sympy.Integer(0), self.device)
         self.constants[name] = value
-        self.nodes[name] = Node(name, "input", spec)
+        self.nodes[name] = Node(name, NodeKind.INPUT, spec)
         return buffer_value(name, spec)
 
     def _record_hints(self, val):

@@ -8,6 +8,8 @@ from . import dtypes
 from .lowering import Unsupported, lowers, sym
 from .lowerings_pointwise import cast, operand_loader, out_dtype, pointwise
 from .nodes import Value, const, op
+from .vocabulary import compute_dtype as _acc_dtype
+from .vocabulary import is_positional, reduction_identity, reduction_info
 
 aten = torch.ops.aten
 
@@ -20,10 +22,6 @@ def _dims(x: Value, dim):
     return [d % max(x.ndim, 1) for d in dim]
 
 
-def _acc_dtype(dtype: str) -> str:
-    return "float32" if dtype in ("float16", "bfloat16") else dtype
-
-
 def _as(x: Value, dtype: str) -> Value:
     if x.dtype == dtype:
         return x
@@ -32,8 +30,8 @@ def _as(x: Value, dtype: str) -> Value:
 
 def reduce(g, x: Value, dim, op_name: str, keepdim=False, result: str | None = None) -> Value:
     result = result or x.dtype
-    acc = _acc_dtype(result) if op_name not in ("argmax", "argmin") else "int64"
-    src = x if op_name in ("argmax", "argmin", "max", "min") else _as(x, acc)
+    acc = reduction_info(op_name).result or _acc_dtype(result)
+    src = x if is_positional(op_name) or op_name in ("max", "min") else _as(x, acc)
     if op_name in ("any", "all"):
         src, acc = _as(x, "bool"), "bool"
     if op_name in ("max", "min") and x.dtype != acc:
@@ -41,7 +39,7 @@ def reduce(g, x: Value, dim, op_name: str, keepdim=False, result: str | None = N
     dims = _dims(x, dim)
     if x.ndim == 0 or all(x.size[d] == 1 for d in dims):
         return _trivial_reduction(src, dims, op_name, keepdim, result)
-    if op_name in _EMPTY_REDUCTION and any(x.size[d] == 0 for d in dims):
+    if reduction_info(op_name).empty_is_identity and any(x.size[d] == 0 for d in dims):
         return _empty_reduction(x, dims, op_name, keepdim, result)
     reduced = g.reduction(src, dims, op_name, acc, keepdim)
     return _as(reduced, result)
@@ -51,21 +49,15 @@ def _trivial_reduction(src: Value, dims, op_name: str, keepdim: bool, result: st
     """A reduction over one element per output is the element itself (its position, for argmax)."""
     from .lowerings_view import squeeze_dims
     value = src if keepdim or src.ndim == 0 else squeeze_dims(src, dims)
-    if op_name in ("argmax", "argmin"):
+    if is_positional(op_name):
         return Value(value.size, "int64", lambda i: const(0, "int64"))
     return _as(value, result)
-
-
-# the value of a reduction over no element (eager refuses max/min/argmax of an empty dim)
-_EMPTY_REDUCTION = {"sum": 0, "prod": 1, "any": False, "all": True}
 
 
 def _empty_reduction(x: Value, dims, op_name: str, keepdim: bool, result: str) -> Value:
     """No element to read: the identity, and no kernel loads from the empty input."""
     size = tuple(sympy.Integer(1) if d in dims else n for d, n in enumerate(x.size) if keepdim or d not in dims)
-    value = _EMPTY_REDUCTION[op_name]
-    if dtypes.is_float(result):
-        value = float(value)
+    value = reduction_identity(op_name, result)
     return Value(size, result, lambda i: const(value, result))
 
 

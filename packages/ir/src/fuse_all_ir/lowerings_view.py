@@ -12,6 +12,7 @@ from .lowering import Unsupported, contiguous_strides, lowers, sym
 from .lowerings_pointwise import cast, out_dtype
 from .nodes import Value, View, const, index_value, op
 from .symbolic import FloorDiv, ModularIndexing
+from .vocabulary import ExprKind, is_float, scalar_value
 
 aten = torch.ops.aten
 
@@ -296,7 +297,7 @@ def _mask_loads(e, mask, memo):
         out = load(e.buffer, e.index, e.dtype, mask=combined, other=e.value, logical=e.logical)
     elif e.kind == "op":
         from .nodes import E
-        out = E("op", e.dtype, op=e.op, args=tuple(_mask_loads(a, mask, memo) for a in e.args), origin=e.origin)
+        out = E(ExprKind.OP, e.dtype, op=e.op, args=tuple(_mask_loads(a, mask, memo) for a in e.args), origin=e.origin)
     else:
         out = e
     memo[id(e)] = out
@@ -320,7 +321,7 @@ def _pad(g, x, pad, value=0):
         inside = conds[0]
         for c in conds[1:]:
             inside = op("logical_and", (inside, c), "bool")
-        fill = const(float(value) if dt.startswith(("float", "bfloat")) else int(value), dt)
+        fill = const(float(value) if is_float(dt) else int(value), dt)
         return op("where", (inside, _masked(x, shifted, inside), fill), dt)
     if any(b.is_number and int(b) < 0 for p in pads for b in p):
         raise Unsupported("negative padding")
@@ -333,12 +334,7 @@ def _fill(g, size, value, dtype):
     size = tuple(sym(s) for s in size)
     if isinstance(value, sympy.Basic) and not value.is_number:
         return Value(size, dtype, lambda idx: cast(index_value(value), dtype))
-    if dtype == "bool":
-        value = bool(value)
-    elif dtype.startswith(("float", "bfloat")):
-        value = float(value)
-    else:
-        value = int(value)
+    value = scalar_value(value, dtype)
     return Value(size, dtype, lambda idx: const(value, dtype))
 
 

@@ -15,6 +15,8 @@ from typing import Callable, Optional
 import sympy
 
 from .program import Origin, TensorSpec
+from .vocabulary import DType, ExprKind, NodeKind, Op
+from .vocabulary import op as _op_name
 
 
 # The ATen op (with its user source line) being lowered; values built meanwhile carry it.
@@ -25,9 +27,9 @@ CURRENT_ORIGIN: contextvars.ContextVar = contextvars.ContextVar("fuse_all_origin
 class E:
     """One expression node. kind: load | const | index | op. (A reduction's result is read back as a `load`
     of its node's buffer; kernelgen turns a load of a buffer fused into the same kernel into the value.)"""
-    kind: str
-    dtype: str
-    op: str = ""                       # op name for kind == "op"
+    kind: ExprKind
+    dtype: DType
+    op: Op | str = ""                  # the op for kind == "op"
     args: tuple = ()                   # sub-expressions for ops; (mask, ) for masked loads
     buffer: str = ""                   # for loads
     index: Optional[sympy.Expr] = None  # for loads and index values
@@ -41,15 +43,15 @@ class E:
 
 
 def const(value, dtype: str, origin=None) -> E:
-    return E("const", dtype, value=value, origin=origin)
+    return E(ExprKind.CONST, dtype, value=value, origin=origin)
 
 
 def op(name: str, args, dtype: str, origin=None) -> E:
-    return E("op", dtype, op=name, args=tuple(args), origin=origin)
+    return E(ExprKind.OP, dtype, op=_op_name(name), args=tuple(args), origin=origin)
 
 
 def load(buffer: str, index, dtype: str, mask: E | None = None, other=0, logical=None) -> E:
-    return E("load", dtype, buffer=buffer, index=sympy.sympify(index), args=(mask,) if mask is not None else (),
+    return E(ExprKind.LOAD, dtype, buffer=buffer, index=sympy.sympify(index), args=(mask,) if mask is not None else (),
              value=other, logical=tuple(logical) if logical is not None else None)
 
 
@@ -60,7 +62,7 @@ def index_value(expr, dtype: str | None = None) -> E:
     if dtype is None:
         from .sympy_functions import kind_of
         dtype = {"int": "int64", "float": "float64", "bool": "bool"}[kind_of(expr)]
-    return E("index", dtype, index=expr)
+    return E(ExprKind.INDEX, dtype, index=expr)
 
 
 Index = list  # a list of sympy expressions, one per dimension
@@ -98,7 +100,7 @@ class Node:
     `spec.size`. `iter_order` lists the dimensions from outermost to innermost loop (storage order).
     """
     name: str
-    kind: str
+    kind: NodeKind
     spec: TensorSpec
     body: Optional[Callable] = None
     reduction_size: tuple = ()

@@ -19,6 +19,8 @@ Kernel semantics, which every codegen implements exactly:
   the integer functions `FloorDiv` / `ModularIndexing` from `fuse_all_ir.symbolic`. They are element
   offsets from the tensor's data pointer (`tensor.data_ptr()`, which already includes its storage offset).
   Index variables and size symbols are int64 in every target.
+* Dtypes, ops and reductions are the names of `vocabulary.py` (`DType`, `Op`, `ReductionOp`: str enums, so
+  plain strings are accepted too); its tables say which dtype classes each op is emitted on.
 * Arguments of `Compute` already have the dtype the op needs (the lowering inserts casts); ``cast``
   converts its one argument to the statement's dtype. Comparisons and logical ops yield ``bool``.
 """
@@ -29,30 +31,24 @@ from typing import Any, Union
 
 import sympy
 
-# Element types by name. Codegens keep a rule table keyed by these strings.
-DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+from . import vocabulary
+from .vocabulary import DType, KernelKind, Op, ReductionOp
 
-# The op vocabulary of `Compute`. name -> arity. Semantics follow torch's elementwise ops of the same name;
-# maximum/minimum propagate NaN; truediv is on floating values only; floordiv and remainder follow Python
-# (floor) semantics on integers and floats; fmod follows C; sign returns -1/0/1 in the argument's dtype.
-UNARY_OPS = (
-    "neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
-    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
-    "erf", "erfc", "erfinv", "sigmoid", "floor", "ceil", "round", "trunc", "reciprocal", "sign",
-    "isnan", "isinf", "isfinite", "logical_not", "bitwise_not", "cast", "lgamma",
-)
-BINARY_OPS = (
-    "add", "sub", "mul", "truediv", "floordiv", "remainder", "fmod", "pow", "maximum", "minimum",
-    "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-    "bitwise_and", "bitwise_or", "bitwise_xor", "lshift", "rshift", "copysign", "hypot",
-)
-TERNARY_OPS = ("where",)
-OP_ARITY = {**{o: 1 for o in UNARY_OPS}, **{o: 2 for o in BINARY_OPS}, **{o: 3 for o in TERNARY_OPS}}
+# The vocabulary (element types, the ops of `Compute`, the reductions) and the one table of their properties
+# live in `vocabulary.py`; these tuples are its names, kept for the public API.
+# Op semantics follow torch's elementwise ops of the same name; maximum/minimum propagate NaN; truediv is on
+# floating values only; floordiv and remainder follow Python (floor) semantics on integers and floats; fmod
+# follows C; sign returns -1/0/1 in the argument's dtype.
+DTYPES = vocabulary.DTYPES
+FLOAT_DTYPES = vocabulary.FLOAT_DTYPES
+UNARY_OPS = vocabulary.ops_with_arity(1)
+BINARY_OPS = vocabulary.ops_with_arity(2)
+TERNARY_OPS = vocabulary.ops_with_arity(3)
+OP_ARITY = {o: info.arity for o, info in vocabulary.OP_INFO.items()}
 
 # Reductions. max/min propagate NaN; argmax/argmin give the int64 position in the flattened (row-major)
 # reduction space of the first extreme value (NaN counts as the extreme, like torch); any/all take bool.
-REDUCTION_OPS = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
+REDUCTION_OPS = tuple(vocabulary.ReductionOp)
 
 
 @dataclass(frozen=True)
@@ -72,7 +68,7 @@ class Load:
     name: str
     buffer: str
     index: sympy.Expr
-    dtype: str
+    dtype: DType
     mask: str | None = None          # a bool value; where False nothing is read and the value is `other`
     other: Union[int, float, bool] = 0
 
@@ -81,7 +77,7 @@ class Load:
 class Const:
     name: str
     value: Union[int, float, bool]   # may be inf / -inf / nan
-    dtype: str
+    dtype: DType
 
 
 @dataclass(frozen=True)
@@ -91,23 +87,23 @@ class IndexValue:
     for float ones (IntTrueDiv, ToFloat, ...: computed in double, as Python does), bool for conditions."""
     name: str
     expr: sympy.Expr
-    dtype: str
+    dtype: DType
 
 
 @dataclass(frozen=True)
 class Compute:
     name: str
-    op: str
+    op: Op
     args: tuple[str, ...]
-    dtype: str
+    dtype: DType
 
 
 @dataclass(frozen=True)
 class Reduce:
     name: str
-    op: str
+    op: ReductionOp
     arg: str
-    dtype: str
+    dtype: DType
 
 
 @dataclass(frozen=True)
@@ -139,19 +135,34 @@ class Kernel:
     fused_nodes: tuple[str, ...] = ()    # names of the IR nodes fused into it (for the report)
 
     @property
-    def kind(self) -> str:
-        return "reduction" if self.reduction else "pointwise"
+    def kind(self) -> KernelKind:
+        return KernelKind.REDUCTION if self.reduction else KernelKind.POINTWISE
 
     def statements(self):
         for loop in self.loops:
             yield from loop.body
+
+    def buffer_dtypes(self, known: dict | None = None) -> dict[str, DType]:
+        """The storage dtype of each buffer argument: `known` (the program's layouts, `Program.buffer_dtypes`)
+        where it says, else the dtype its loads read, else that of the values stored into it, else float32
+        (an argument the body never touches)."""
+        values = {st.name: st.dtype for st in self.statements() if not isinstance(st, Store)}
+        inferred: dict[str, DType] = {}
+        for st in self.statements():
+            if isinstance(st, Load):
+                inferred.setdefault(st.buffer, st.dtype)
+        for st in self.statements():
+            if isinstance(st, Store):
+                inferred.setdefault(st.buffer, values.get(st.value, DType.FLOAT32))
+        known = known or {}
+        return {b: known.get(b) or inferred.get(b, DType.FLOAT32) for b in (*self.inputs, *self.outputs)}
 
 
 # ---- the program ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class TensorSpec:
-    dtype: str
+    dtype: DType   # or the name of a dtype outside the vocabulary, for tensors only ATen touches
     size: tuple[sympy.Expr, ...]
     stride: tuple[sympy.Expr, ...]
     offset: sympy.Expr = sympy.Integer(0)
@@ -219,3 +230,9 @@ class Program:
     size_hints: dict[sympy.Symbol, int] = field(default_factory=dict)    # example value of each symbol
     report: Any = None                   # report.FusionReport
     constants: dict = field(default_factory=dict)  # name -> small tensor (read like an input), embedded in code
+
+    def buffer_dtypes(self) -> dict[str, DType]:
+        """The dtype of every graph input tensor and intermediate buffer, by name."""
+        dtypes = {i.name: i.spec.dtype for i in self.inputs if i.kind == "tensor" and i.spec is not None}
+        dtypes.update({name: spec.dtype for name, spec in self.buffers.items()})
+        return dtypes

@@ -7,9 +7,10 @@
   result, which later phases read; a `Reduce` sits only in a reduction phase.
 * Buffers: a kernel loads only its `inputs` (or its own `outputs`) and stores only its `outputs`; every
   buffer a step reads is a graph input, a constant, or written by an earlier step and not yet freed.
-* Dtypes: ops are in the vocabulary with their arity; comparisons and logical ops yield bool; ops whose
-  result has their arguments' dtype (add, neg, ...) get arguments of that dtype; `where` takes a bool
-  condition; masks are bool; argmax/argmin give int64, any/all bool.
+* Dtypes (from the tables of `vocabulary.py`): ops are in the vocabulary with their arity and on a dtype
+  class the IR emits them on (the classes codegens have rules for); comparisons and logical ops yield
+  bool; ops whose result has their arguments' dtype (add, neg, ...) get arguments of that dtype; `where`
+  takes a bool condition; masks are bool; argmax/argmin give int64, any/all take and give bool.
 * Index expressions: integer-valued, over ``x0..`` of the outer space, ``r0..`` of the reduction space
   (reduction phases only) and the kernel's size symbols.
 
@@ -22,22 +23,18 @@ import os
 
 import sympy
 
+from . import vocabulary
 from .program import (
-    BINARY_OPS, DTYPES, OP_ARITY, REDUCTION_OPS, Alloc, BufferRef, Compute, Const, ExternCall, Free,
-    IndexValue, Kernel, KernelCall, Load, Program, Reduce, Store,
+    Alloc, BufferRef, Compute, Const, ExternCall, Free, IndexValue, Kernel, KernelCall, Load, Program, Reduce,
+    Store,
 )
 from .symbolic import rvar, xvar
+from .vocabulary import DTYPES, OP_INFO, REDUCTION_INFO, OpResult, dtype_class, operand_dtype
 
-COMPARISON_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
-                  "isnan", "isinf", "isfinite")
-# Ops whose result has the dtype of all their arguments (the lowering inserts the casts).
-SAME_DTYPE_OPS = (
-    "neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
-    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
-    "erf", "erfc", "erfinv", "sigmoid", "floor", "ceil", "round", "trunc", "reciprocal", "sign", "lgamma",
-    "bitwise_not", "add", "sub", "mul", "truediv", "floordiv", "remainder", "fmod", "maximum", "minimum",
-    "atan2", "bitwise_and", "bitwise_or", "bitwise_xor", "copysign", "hypot",
-)
+# ops yielding bool from arguments of one dtype (comparisons, logical ops, predicates)
+COMPARISON_OPS = vocabulary.ops_with_result(OpResult.BOOL)
+# ops whose result has the dtype of all their arguments (the lowering inserts the casts)
+SAME_DTYPE_OPS = vocabulary.ops_with_result(OpResult.SAME)
 
 
 class InvalidProgram(ValueError):
@@ -126,14 +123,15 @@ def validate_kernel(kernel: Kernel, program: Program | None = None) -> None:
             elif isinstance(stmt, Reduce):
                 if not loop.over_reduction:
                     fail(f"{where}: a Reduce outside a reduction phase")
-                if stmt.op not in REDUCTION_OPS:
+                if stmt.op not in REDUCTION_INFO:
                     fail(f"{where}: unknown reduction {stmt.op!r}")
                 arg_dtype = use(stmt.arg, where)
-                expected = {"argmax": "int64", "argmin": "int64", "any": "bool", "all": "bool"}.get(stmt.op)
+                info = REDUCTION_INFO[stmt.op]
+                expected = info.result
                 if expected and stmt.dtype != expected:
                     fail(f"{where}: {stmt.op} gives {expected}, not {stmt.dtype}")
-                if stmt.op in ("any", "all") and arg_dtype != "bool":
-                    fail(f"{where}: {stmt.op} takes bool, not {arg_dtype}")
+                if dtype_class(arg_dtype) not in info.takes:
+                    fail(f"{where}: {stmt.op} takes {' or '.join(sorted(info.takes))} values, not {arg_dtype}")
                 if expected is None and arg_dtype != stmt.dtype:
                     fail(f"{where}: {stmt.op} of a {arg_dtype} value declared {stmt.dtype}")
             elif not isinstance(stmt, Const):
@@ -152,15 +150,20 @@ def check_index_value(stmt, where, over_reduction, outer_vars, reduction_vars, s
 
 
 def _check_compute(stmt: Compute, arg_dtypes: list[str], where: str, fail) -> None:
-    if stmt.op not in OP_ARITY:
+    if stmt.op not in OP_INFO:
         fail(f"{where}: unknown op {stmt.op!r}")
-    if len(stmt.args) != OP_ARITY[stmt.op]:
-        fail(f"{where}: {stmt.op} takes {OP_ARITY[stmt.op]} argument(s), got {len(stmt.args)}")
+    info = OP_INFO[stmt.op]
+    if len(stmt.args) != info.arity:
+        fail(f"{where}: {stmt.op} takes {info.arity} argument(s), got {len(stmt.args)}")
+    operand_class = dtype_class(operand_dtype(stmt.op, arg_dtypes))
+    if operand_class not in info.operands:
+        fail(f"{where}: {stmt.op} on {operand_class} values, which the IR never emits "
+             f"({info.not_emitted[operand_class]}): codegens have no rule for it")
     if stmt.op in COMPARISON_OPS and stmt.dtype != "bool":
         fail(f"{where}: {stmt.op} yields bool, not {stmt.dtype}")
     if stmt.op in SAME_DTYPE_OPS and any(d != stmt.dtype for d in arg_dtypes):
         fail(f"{where}: {stmt.op} of {', '.join(arg_dtypes)} declared {stmt.dtype} (the lowering casts first)")
-    if stmt.op in BINARY_OPS and stmt.op in COMPARISON_OPS and arg_dtypes[0] != arg_dtypes[1]:
+    if info.arity == 2 and info.result is OpResult.BOOL and arg_dtypes[0] != arg_dtypes[1]:
         fail(f"{where}: {stmt.op} compares {arg_dtypes[0]} with {arg_dtypes[1]}")
     if stmt.op == "where":
         if arg_dtypes[0] != "bool":
