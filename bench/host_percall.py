@@ -9,7 +9,7 @@ time is the host program's own) is captured once, lowered once, and its host pro
   builtin). What is left is the Python work of a GPU call: unpacking, allocations, views, layout checks,
   ATen calls (on CPU) and the per-kernel launcher code up to Triton's C launch function.
 
-For each it prints the median µs per call and per kernel, and the Python function calls per call
+For each it prints the median CPU µs per call and per kernel, and the Python function calls per call
 (cProfile's count: every Python-level frame and C builtin the call runs).
 
     python bench/host_percall.py [--layers 12] [--calls 2000]
@@ -93,12 +93,14 @@ def null_triton_module(program):
 
 
 def time_calls(call, args, calls: int) -> float:
+    """Median over 7 batches of this thread's CPU time per call (`time.thread_time`: on a shared machine
+    the wall clock also counts the time other processes had the core)."""
     samples = []
     for _ in range(7):
-        start = time.perf_counter()
+        start = time.thread_time()
         for _ in range(calls // 7):
             call(list(args))
-        samples.append((time.perf_counter() - start) / (calls // 7) * 1e6)
+        samples.append((time.thread_time() - start) / (calls // 7) * 1e6)
     return statistics.median(samples)
 
 
