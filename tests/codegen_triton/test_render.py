@@ -120,6 +120,22 @@ def test_configs_small_and_big():
     assert configs.looped_configs(64, 100_000, True, rblock=16)[0]["RBLOCK"] == 16
 
 
+def test_small_pointwise_kernels_get_latency_configs():
+    """bert 1x12's pointwise kernels (12 x 768 and 12 x 3072 elements): about 128 programs of 256-1024
+    elements with 1-2 warps (8 elements per thread), one config (no autotuning); big ones keep 1024 x 4."""
+    from fuse_all_codegen_triton import configs
+    assert configs.pointwise_configs(12 * 768) == [{"XBLOCK": 256, "num_warps": 1, "num_stages": 1}]
+    assert configs.pointwise_configs(12 * 3072) == [{"XBLOCK": 512, "num_warps": 2, "num_stages": 1}]
+    assert configs.pointwise_configs(100) == [{"XBLOCK": 128, "num_warps": 1, "num_stages": 1}]
+    assert configs.pointwise_configs(3) == [{"XBLOCK": 16, "num_warps": 1, "num_stages": 1}]
+    assert configs.pointwise_configs(1 << 20) == [{"XBLOCK": 1024, "num_warps": 4, "num_stages": 1}]
+    for n in (1, 17, 300, 5000, 40_000, 200_000, (1 << 21) - 1):
+        (c,) = configs.pointwise_configs(n)
+        assert c["XBLOCK"] >= min(n, 16) and c["XBLOCK"] // c["num_warps"] <= 256   # <= 8 per thread
+    ln = configs.persistent_configs(12, 768, True)          # bert 1x12's layer norm: one row per program
+    assert ln == [{"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 2, "num_stages": 1}]
+
+
 def test_sum_of_bools_counts_and_max_of_bools_is_any(tmp_path):
     from fuse_all_ir import load_host_program
     k = Kernel("kernel_0", (sympy.Integer(5),), (sympy.Integer(37),), [

@@ -54,7 +54,8 @@ def test_fast_launcher_calls_the_runner_directly(tmp_path, fake_gpu):
     kernel = cos_sin_kernel(tmp_path)
     run = prepare(kernel, fake_gpu, (FakeTensor(4096), FakeTensor(8192), 10_000))
     run(FakeTensor(4096), FakeTensor(8192), 10_000)
-    assert fake_gpu["runner"] == [(10, 1, 1, 1234, "FUNC", "META", None, None, None, 4096, 8192, 10_000, 1024)]
+    # 10_000 elements: the small-pointwise config, 256 per program (configs.small_pointwise_config)
+    assert fake_gpu["runner"] == [(40, 1, 1, 1234, "FUNC", "META", None, None, None, 4096, 8192, 10_000, 256)]
     assert "data_ptr()" in kernel.launcher_source and "(s0) & 15" in kernel.launcher_source
     run(FakeTensor(4096), FakeTensor(8192), 0)                 # empty: nothing launched
     assert len(fake_gpu["runner"]) == 1 and not fake_gpu["general"]
@@ -78,8 +79,8 @@ def test_fast_launcher_direct_launch(tmp_path, fake_gpu, monkeypatch):
                                                                   (False, False, None, None)))
     run = prepare(cos_sin_kernel(tmp_path), fake_gpu, (FakeTensor(0), FakeTensor(512), 10_000))
     run(FakeTensor(0), FakeTensor(512), 10_000)
-    assert launched == [(10, 1, 1, 1234, "FUNC", False, False, None, None, "META", None, None, None,
-                         0, 512, 10_000, 1024)]
+    assert launched == [(40, 1, 1, 1234, "FUNC", False, False, None, None, "META", None, None, None,
+                         0, 512, 10_000, 256)]
 
 
 def test_interpreter_uses_the_heuristic_config_and_int64_twin(tmp_path):

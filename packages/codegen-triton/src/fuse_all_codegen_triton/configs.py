@@ -33,12 +33,22 @@ def _dedupe(configs: list[dict]) -> list[dict]:
     return out
 
 
+def small_pointwise_config(xnumel: int) -> dict:
+    """A launch-bound pointwise kernel (bert 1x12's are 9216 or 36864 elements): latency, not bandwidth.
+    About 128 programs of 256-1024 elements, one warp per 256 (8 per thread: two 16-byte fp32 loads), the
+    rule of Inductor's untuned pointwise config. On the H200, cos->sin over 1e4 floats took 1.49 us of
+    device time as 10 programs of 1024 elements x 4 warps, 0.97 us as Inductor's 40 x 256 x 1 warp."""
+    if xnumel <= 256:
+        return _cfg(max(16, next_power_of_2(xnumel)), None, 1)
+    block = max(256, min(1024, next_power_of_2(xnumel) // 128))
+    return _cfg(block, None, max(1, block // 256))
+
+
 def pointwise_configs(xnumel: int, max_autotune: bool = False) -> list[dict]:
-    if xnumel <= 512:
-        block = max(16, next_power_of_2(xnumel))
-        return [_cfg(block, None, max(1, min(4, block // 128)))]
     if xnumel < BIG_POINTWISE and not max_autotune:
-        return [_cfg(1024, None, 4)]
+        return [small_pointwise_config(xnumel)]
+    if xnumel <= 512:
+        return [small_pointwise_config(xnumel)]
     # Streaming kernels: 8-16 elements per thread keeps enough 16-byte loads in flight.
     configs = [_cfg(1024, None, 4), _cfg(2048, None, 8)]
     if xnumel >= HUGE_POINTWISE or max_autotune:
