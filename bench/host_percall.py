@@ -88,7 +88,7 @@ def null_triton_module(program):
         scope = {"launch": "".format, "get_stream": abs, "get_device": int, "general": None,
                  "function": 0, "metadata": None}
         exec(launcher, scope)   # noqa: S102 - our own generated launcher
-        kernel.run = scope["run"]
+        kernel.run, kernel.run_on = scope["run"], scope.get("run_on", scope["run"])
     return module
 
 

@@ -29,7 +29,24 @@ def test_cos_sin_is_one_readable_kernel():
     assert text.count("tl.load(") == 1 and text.count("tl.store(") == 1
     assert "kernel_0_i64" not in text                     # the int64 twin is only in the module
     assert source.count("TritonKernel(") == 1 and text in source
-    assert "    kernel_0_launcher.run(arg0, buf0, s0)\n" in source
+    assert "    _fa_stream = None\n" in source                # CPU (the interpreter): no stream to read
+    assert "    kernel_0_launcher.run_on(_fa_stream, arg0, buf0, s0)\n" in source
+
+
+def test_a_cuda_program_reads_its_stream_once_per_call_and_checks_its_device():
+    """Rendered (not run) for cuda:1: one current-device check and one stream read per call, then
+    `run_on` per kernel; another current device takes the guarded path."""
+    import dataclasses
+    example = ke.cos_sin("cpu")
+    program = dataclasses.replace(example.program, device="cuda:1")
+    source = render_host_program(program, target())
+    call = source[source.index("def call(args):"):source.index("def _call_profiled")]
+    assert "if _fa_profiler._is_profiler_enabled or current_cuda_device() != 1:" in call
+    assert call.count("_fa_stream = _fa_raw_stream(1)") == 1
+    assert "kernel_0_launcher.run_on(_fa_stream, arg0, buf0, s0)" in call
+    assert "empty_strided_cuda(" in call and "device=" not in call
+    profiled = source[source.index("def _call_profiled"):]
+    assert "with torch.cuda.device(1), _fa_range(" in profiled
 
 
 def test_persistent_softmax_loads_once():

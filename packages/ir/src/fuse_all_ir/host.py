@@ -35,6 +35,9 @@ class KernelTarget(Protocol):
     def kernel_source(self, kernel: Kernel) -> str:
         """The kernel's source in the target language (for reports and the editor)."""
 
+    # optional: `render_call_prologue(program) -> list[str]`, statements run once per call before the
+    # first step (with the program's device current), e.g. reading the stream every launch uses
+
 
 def _py_rules() -> dict:
     def call(name):
@@ -271,6 +274,8 @@ def _render_call_body(program: Program, target: KernelTarget, profiled: bool = F
         body.append("args.clear()")
     for sym, host_expr in program.size_symbols.items():
         body.append(f"{sym} = {host_expr}")
+    if program.kernels and hasattr(target, "render_call_prologue"):
+        body += target.render_call_prologue(program)
     externs = 0
     specs = memory.buffer_specs(program)
     for step in program.steps:
