@@ -123,6 +123,10 @@ def _graphs(cell: dict) -> str:
     return text + (f", FALLBACK {s['fallbacks'][0]}" if s["fallbacks"] else "")
 
 
+def _count(value) -> str:
+    return "–" if value is None else str(value)
+
+
 def launch_table(rows: list[dict], device: str) -> tuple[list[str], list[list[str]]]:
     """Kernels and ATen calls per step (torch.profiler, launches.py), and on CUDA the host µs per kernel:
     (default-mode median − reduce-overhead median) / kernels."""
@@ -141,8 +145,8 @@ def launch_table(rows: list[dict], device: str) -> tuple[list[str], list[list[st
             continue
         line = [r["workload"]]
         if cuda:
-            line += [_fmt(counts[k].get("kernels"), 4) for k in ("inductor", "fuse_all")]
-        line += [_fmt(counts[k].get("aten"), 4) for k in ("inductor", "fuse_all")]
+            line += [_count(counts[k].get("kernels")) for k in ("inductor", "fuse_all")]
+        line += [_count(counts[k].get("aten")) for k in ("inductor", "fuse_all")]
         if cuda:
             for key in ("inductor", "fuse_all"):
                 default, ro = (r["cells"].get(k, {}).get("median_ms") for k in (key, key + "_ro"))
