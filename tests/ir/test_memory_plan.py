@@ -60,6 +60,8 @@ def test_a_chain_reuses_dead_buffers_and_computes_the_same(nonzero):
     torch.testing.assert_close(got, expected)
     source = ir.render_host_program(planned.program, CppTarget())
     assert "# reuse" in source and "empty_strided_cpu(" in source
+    receiver, donor = next(iter(taken.items()))
+    assert f"alloc {receiver} (reusing the memory of {donor})" in ir.format_program(planned.program)
 
 
 def test_graph_outputs_and_inputs_never_give_their_memory(nonzero):
