@@ -94,8 +94,11 @@ class TritonKernel:
         self._first_run(*args)       # sets `run_on` up for the next calls
 
     def _set_paths(self, run, run_on=None) -> None:
-        """`run_on` of a path without a fast launcher: the path finds the stream itself."""
-        self.run_on = run_on if run_on is not None else (lambda stream, *args: run(*args))
+        """`run_on` of a path without a fast launcher, or of a program on another device than CUDA (its
+        host program passes no stream): the path finds the stream itself."""
+        if run_on is None or not self.device.startswith("cuda"):
+            run_on = lambda stream, *args: run(*args)   # noqa: E731
+        self.run_on = run_on
         self.run = run
 
     def _setup(self, args) -> None:
