@@ -149,6 +149,14 @@ def test_small_pointwise_kernels_get_latency_configs():
     for n in (1, 17, 300, 5000, 40_000, 200_000, (1 << 21) - 1):
         (c,) = configs.pointwise_configs(n)
         assert c["XBLOCK"] >= min(n, 16) and c["XBLOCK"] // c["num_warps"] <= 256   # <= 8 per thread
+    assert configs.pointwise_configs(12 * 768, dynamic=True) == [{"XBLOCK": 1024, "num_warps": 4, "num_stages": 1}]
+    x0 = xvar(0)
+    static = Kernel("k", (sympy.Integer(12 * 768),), (), [Loop(False, [Load("a", "in", x0, "float32"),
+                                                                       Compute("b", "cos", ("a",), "float32"),
+                                                                       Store("out", x0, "b")])], ("in",), ("out",), ())
+    assert target().render(static).spec["configs"] == [{"XBLOCK": 256, "num_warps": 1, "num_stages": 1}]
+    dynamic = ke.cos_sin("cpu").program.kernels["kernel_0"]   # s0 elements, hinted 10_000
+    assert target().render(dynamic, ke.cos_sin("cpu").program).spec["configs"][0]["XBLOCK"] == 1024
     ln = configs.persistent_configs(12, 768, True)          # bert 1x12's layer norm: one row per program
     assert ln == [{"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 2, "num_stages": 1}]
 

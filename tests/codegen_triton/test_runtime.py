@@ -54,8 +54,7 @@ def test_fast_launcher_calls_the_runner_directly(tmp_path, fake_gpu):
     kernel = cos_sin_kernel(tmp_path)
     run = prepare(kernel, fake_gpu, (FakeTensor(4096), FakeTensor(8192), 10_000))
     run(FakeTensor(4096), FakeTensor(8192), 10_000)
-    # 10_000 elements: the small-pointwise config, 256 per program (configs.small_pointwise_config)
-    assert fake_gpu["runner"] == [(40, 1, 1, 1234, "FUNC", "META", None, None, None, 4096, 8192, 10_000, 256)]
+    assert fake_gpu["runner"] == [(10, 1, 1, 1234, "FUNC", "META", None, None, None, 4096, 8192, 10_000, 1024)]
     assert "data_ptr()" in kernel.launcher_source and "(s0) & 15" in kernel.launcher_source
     run(FakeTensor(4096), FakeTensor(8192), 0)                 # empty: nothing launched
     assert len(fake_gpu["runner"]) == 1 and not fake_gpu["general"]
@@ -67,7 +66,7 @@ def test_run_on_launches_on_the_given_stream_without_a_device_lookup(tmp_path, f
     prepare(kernel, fake_gpu, (FakeTensor(4096), FakeTensor(8192), 10_000))
     run, run_on = kernel._make_fast_launcher(0, (FakeTensor(4096), FakeTensor(8192), 10_000))
     run_on(777, FakeTensor(4096), FakeTensor(8192), 10_000)
-    assert fake_gpu["runner"] == [(40, 1, 1, 777, "FUNC", "META", None, None, None, 4096, 8192, 10_000, 256)]
+    assert fake_gpu["runner"] == [(10, 1, 1, 777, "FUNC", "META", None, None, None, 4096, 8192, 10_000, 1024)]
     run_source = kernel.launcher_source.split("def run_on")[1]
     assert "get_device" not in run_source and "get_stream" not in run_source
     run_on(777, FakeTensor(4100), FakeTensor(8192), 10_000)        # unaligned: still the general path
@@ -115,8 +114,8 @@ def test_fast_launcher_direct_launch(tmp_path, fake_gpu, monkeypatch):
                                                                   (False, False, None, None)))
     run = prepare(cos_sin_kernel(tmp_path), fake_gpu, (FakeTensor(0), FakeTensor(512), 10_000))
     run(FakeTensor(0), FakeTensor(512), 10_000)
-    assert launched == [(40, 1, 1, 1234, "FUNC", False, False, None, None, "META", None, None, None,
-                         0, 512, 10_000, 256)]
+    assert launched == [(10, 1, 1, 1234, "FUNC", False, False, None, None, "META", None, None, None,
+                         0, 512, 10_000, 1024)]
 
 
 def test_interpreter_uses_the_heuristic_config_and_int64_twin(tmp_path):

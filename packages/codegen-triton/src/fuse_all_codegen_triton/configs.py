@@ -44,11 +44,14 @@ def small_pointwise_config(xnumel: int) -> dict:
     return _cfg(block, None, max(1, block // 256))
 
 
-def pointwise_configs(xnumel: int, max_autotune: bool = False) -> list[dict]:
+def pointwise_configs(xnumel: int, max_autotune: bool = False, dynamic: bool = False) -> list[dict]:
+    """`xnumel`: the (hinted) element count; `dynamic`: the kernel runs on other sizes too, so a small
+    hint past 512 elements keeps the general 1024-element block (small blocks cost bandwidth on big
+    tensors)."""
+    if xnumel <= 512 or (xnumel < BIG_POINTWISE and not max_autotune and not dynamic):
+        return [small_pointwise_config(xnumel)]
     if xnumel < BIG_POINTWISE and not max_autotune:
-        return [small_pointwise_config(xnumel)]
-    if xnumel <= 512:
-        return [small_pointwise_config(xnumel)]
+        return [_cfg(1024, None, 4)]
     # Streaming kernels: 8-16 elements per thread keeps enough 16-byte loads in flight.
     configs = [_cfg(1024, None, 4), _cfg(2048, None, 8)]
     if xnumel >= HUGE_POINTWISE or max_autotune:
