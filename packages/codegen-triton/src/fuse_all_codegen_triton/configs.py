@@ -35,13 +35,14 @@ def _dedupe(configs: list[dict]) -> list[dict]:
 
 def small_pointwise_config(xnumel: int) -> dict:
     """A launch-bound pointwise kernel (bert 1x12's are 9216 or 36864 elements): latency, not bandwidth.
-    About 128 programs of 256-1024 elements, one warp per 256 (8 per thread: two 16-byte fp32 loads), the
-    rule of Inductor's untuned pointwise config. On the H200, cos->sin over 1e4 floats took 1.49 us of
-    device time as 10 programs of 1024 elements x 4 warps, 0.97 us as Inductor's 40 x 256 x 1 warp."""
+    Inductor's untuned rule: blocks of (elements // 128) clamped to 256..1024, so about 128 programs
+    (one per SM) share the work, 4 warps from 128 elements up (it keeps 4 as a workaround for a PTX
+    issue, pytorch#97950), 1 below. On the H200, cos->sin over 1e4 floats took 1.49 us of device time as
+    our earlier 10 programs x 1024 elements, 0.97 us as Inductor's 40 x 256 (bench/RESULTS.md)."""
     if xnumel <= 256:
-        return _cfg(max(16, next_power_of_2(xnumel)), None, 1)
-    block = max(256, min(1024, next_power_of_2(xnumel) // 128))
-    return _cfg(block, None, max(1, block // 256))
+        block = max(16, next_power_of_2(xnumel))
+        return _cfg(block, None, 4 if block >= 128 else 1)
+    return _cfg(max(256, min(1024, next_power_of_2(xnumel) // 128)), None, 4)
 
 
 def pointwise_configs(xnumel: int, max_autotune: bool = False, dynamic: bool = False) -> list[dict]:
