@@ -1,6 +1,9 @@
 """Where a small compiled CUDA call spends its host time: fuse_all vs Inductor vs eager on cos->sin over
-1e4 floats (host loop timing, no L2 flush), which launcher each kernel uses, and a cProfile of fuse_all's call.
-    source bench/gpu_env.sh && python bench/gpu_percall_probe.py"""
+1e4 floats (host loop timing, no L2 flush), which launcher each kernel uses, and a cProfile of fuse_all's call;
+then (`--stack`, issue 11) a BERT-like stack of tiny layers: per backend the host loop µs per call, do_bench
+medians in default and reduce-overhead mode, device kernels and ATen calls per call (torch.profiler), and
+host µs per kernel = (default − reduce-overhead) / kernels; fuse_all with buffer reuse on and off.
+    source bench/gpu_env.sh && python bench/gpu_percall_probe.py [--stack-only] [--layers 12]"""
 import cProfile
 import logging
 import pstats
@@ -51,5 +54,63 @@ def main():
     pstats.Stats(profile).sort_stats("tottime").print_stats(22)
 
 
+def stack_probe(layers: int) -> None:
+    import os
+    import sys
+
+    import triton.testing
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from host_percall import tiny_stack
+    from launches import count_launches, host_us_per_kernel
+    torch.manual_seed(0)
+    model, x = tiny_stack(layers).cuda(), torch.randn(1, 12, 32, device="cuda")
+    with torch.no_grad():
+        expected = model(x)
+    print(f"\n== tiny stack: {layers} layers, hidden 32, 1x12 tokens")
+    rows = [("eager", None, None, {}), ("inductor", "inductor", "reduce-overhead", {}),
+            ("fuse_all", "fuse_all", "reduce-overhead", {}),
+            ("fuse_all no-reuse", "fuse_all", "reduce-overhead", {"FUSE_ALL_REUSE_BUFFERS": "0"})]
+    for name, backend, ro_mode, env in rows:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            torch._dynamo.reset()
+            fn = model if backend is None else torch.compile(model, backend=backend)
+            with torch.no_grad():
+                torch.testing.assert_close(fn(x), expected, rtol=1e-4, atol=1e-4)
+                host = per_call_us(fn, x, n=1000)
+                default = triton.testing.do_bench(lambda: fn(x), return_mode="median")
+                counts = count_launches(lambda: fn(x), "cuda")
+                ro = None
+                if ro_mode:
+                    torch._dynamo.reset()
+                    graphed = torch.compile(model, backend=backend, mode=ro_mode)
+                    for _ in range(3):
+                        graphed(x)
+
+                    def replay():
+                        torch.compiler.cudagraph_mark_step_begin()
+                        return graphed(x)
+                    ro = triton.testing.do_bench(replay, return_mode="median")
+            per_kernel = host_us_per_kernel(default, ro, counts["kernels"])
+            print(f"{name:18s} host loop {host:8.1f} us/call  do_bench {default * 1e3:8.1f} us  "
+                  f"RO {ro * 1e3 if ro else float('nan'):8.1f} us  {counts['kernels']:4d} kernels  "
+                  f"{counts['aten']:4d} ATen calls  host/kernel "
+                  f"{per_kernel if per_kernel is not None else float('nan'):6.2f} us")
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
 if __name__ == "__main__":
-    main()
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--stack-only", action="store_true")
+    parser.add_argument("--layers", type=int, default=12)
+    opts = parser.parse_args()
+    if not opts.stack_only:
+        main()
+    stack_probe(opts.layers)

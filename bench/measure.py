@@ -16,6 +16,7 @@ import torch
 
 from compare import compare, snapshot
 from env import one_line
+from launches import count_launches
 from timing import first_call, median_ms, time_limit
 from workloads import Instance, build
 
@@ -47,6 +48,7 @@ BACKENDS = [
     Backend("fuse_all_ro", "fuse_all", "reduce-overhead", cuda_only=True),
 ]
 CHILD_TAG = "@@BENCH_CHILD "
+COUNTED = ("inductor", "fuse_all")      # kernels and ATen calls per step (launches.py), default mode
 
 
 def backends_for(device: str, only: list[str] | None = None) -> list[Backend]:
@@ -136,6 +138,8 @@ def measure_backend(b: Backend, inst: Instance, ref, device: str, name: str, arg
                 cell["median_ms"] = median_ms(step, device, args.quick)
                 if inst.min_bytes:
                     cell["gbps"] = inst.min_bytes / (cell["median_ms"] * 1e-3) / 1e9
+            if b.key in COUNTED:
+                cell["launches"] = count_launches(step, device)
     except Exception as exc:  # noqa: BLE001 - one backend failing must not end the run
         cell["error"] = one_line(exc)
     finally:
@@ -291,6 +295,10 @@ def _print_cell(key: str, cell: dict) -> None:
         parts.append(f"{cell['gbps']:8.1f} GB/s")
     if "check" in cell:
         parts.append(cell["check"])
+    if "launches" in cell:
+        n = cell["launches"]
+        parts.append(f"[per step: {n['kernels'] if n['kernels'] is not None else '?'} device kernels, "
+                     f"{n['aten']} ATen calls]")
     if "fuse_all" in cell:
         s = cell["fuse_all"]
         parts.append(f"[{s['graphs']} graphs {'/'.join(s['kinds'])}, {s['kernels']} kernels, {s['externs']} "

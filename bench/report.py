@@ -123,6 +123,38 @@ def _graphs(cell: dict) -> str:
     return text + (f", FALLBACK {s['fallbacks'][0]}" if s["fallbacks"] else "")
 
 
+def _count(value) -> str:
+    return "–" if value is None else str(value)
+
+
+def launch_table(rows: list[dict], device: str) -> tuple[list[str], list[list[str]]]:
+    """Kernels and ATen calls per step (torch.profiler, launches.py), and on CUDA the host µs per kernel:
+    (default-mode median − reduce-overhead median) / kernels."""
+    from launches import host_us_per_kernel
+    cuda = device == "cuda"
+    head = ["workload"]
+    if cuda:
+        head += ["inductor kernels", "fuse_all kernels"]
+    head += ["inductor ATen calls", "fuse_all ATen calls"]
+    if cuda:
+        head += ["inductor host µs/kernel", "fuse_all host µs/kernel"]
+    body = []
+    for r in rows:
+        counts = {k: r["cells"].get(k, {}).get("launches") or {} for k in ("inductor", "fuse_all")}
+        if "error" in r or not any(counts.values()):
+            continue
+        line = [r["workload"]]
+        if cuda:
+            line += [_count(counts[k].get("kernels")) for k in ("inductor", "fuse_all")]
+        line += [_count(counts[k].get("aten")) for k in ("inductor", "fuse_all")]
+        if cuda:
+            for key in ("inductor", "fuse_all"):
+                default, ro = (r["cells"].get(k, {}).get("median_ms") for k in (key, key + "_ro"))
+                line.append(_fmt(host_us_per_kernel(default, ro, counts[key].get("kernels")), 3))
+        body.append(line)
+    return head, body
+
+
 def compile_table(rows: list[dict], device: str) -> tuple[list[str], list[list[str]]]:
     cuda = device == "cuda"
     head = ["workload", "aot_eager first call s", "inductor cold s", "fuse_all cold s", "fuse_all warm s",
@@ -196,4 +228,9 @@ def summary(meta: dict, rows: list[dict], markdown: bool) -> str:
              ("**Compile time** (first call; overhead = first call − aot_eager's first call)" if markdown
               else "Compile time (first call; overhead = first call - aot_eager's first call)"),
              "", render(*compile_table(rows, device), markdown)]
+    launches = launch_table(rows, device)
+    if launches[1]:
+        parts += ["", ("**Launches per step** (torch.profiler; host µs/kernel = (default − reduce-overhead) / "
+                       "kernels)" if markdown else "Launches per step (host us/kernel = (default - RO) / kernels)"),
+                  "", render(*launches, markdown)]
     return "\n".join(parts)

@@ -51,6 +51,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_CXXFLAGS", "empty", "fuse_all_codegen_cpp", "extra flags for the C++ compiler"),
     Variable("FUSE_ALL_COMPILE_THREADS", "CPU count (at most 32)", "fuse_all_codegen_triton",
              "threads compiling Triton kernels in parallel"),
+    Variable("FUSE_ALL_REUSE_BUFFERS", "`1`", "fuse_all_ir",
+             "`0`: every intermediate buffer gets its own allocation (off: no reuse of dead buffers' memory)"),
     Variable("FUSE_ALL_TRITON_DIRECT_LAUNCH", "`1`", "fuse_all_codegen_triton",
              "`0`: launch Triton kernels through Triton's own launcher instead of the fast path (Triton 3.6)"),
 )

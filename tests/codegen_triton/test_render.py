@@ -29,7 +29,24 @@ def test_cos_sin_is_one_readable_kernel():
     assert text.count("tl.load(") == 1 and text.count("tl.store(") == 1
     assert "kernel_0_i64" not in text                     # the int64 twin is only in the module
     assert source.count("TritonKernel(") == 1 and text in source
-    assert "    kernel_0_launcher.run(arg0, buf0, s0)\n" in source
+    assert "    _fa_stream = None\n" in source                # CPU (the interpreter): no stream to read
+    assert "    kernel_0_launcher.run_on(_fa_stream, arg0, buf0, s0)\n" in source
+
+
+def test_a_cuda_program_reads_its_stream_once_per_call_and_checks_its_device():
+    """Rendered (not run) for cuda:1: one current-device check and one stream read per call, then
+    `run_on` per kernel; another current device takes the guarded path."""
+    import dataclasses
+    example = ke.cos_sin("cpu")
+    program = dataclasses.replace(example.program, device="cuda:1")
+    source = render_host_program(program, target())
+    call = source[source.index("def call(args):"):source.index("def _call_profiled")]
+    assert "if _fa_profiler._is_profiler_enabled or current_cuda_device() != 1:" in call
+    assert call.count("_fa_stream = _fa_raw_stream(1)") == 1
+    assert "kernel_0_launcher.run_on(_fa_stream, arg0, buf0, s0)" in call
+    assert "empty_strided_cuda(" in call and "device=" not in call
+    profiled = source[source.index("def _call_profiled"):]
+    assert "with torch.cuda.device(1), _fa_range(" in profiled
 
 
 def test_persistent_softmax_loads_once():
@@ -118,6 +135,31 @@ def test_configs_small_and_big():
     column = configs.persistent_configs(45, 300, False)
     assert column and column[0]["XBLOCK"] * column[0]["RBLOCK"] <= 2 * configs.MAX_PERSISTENT_ELEMENTS
     assert configs.looped_configs(64, 100_000, True, rblock=16)[0]["RBLOCK"] == 16
+
+
+def test_small_pointwise_kernels_get_latency_configs():
+    """bert 1x12's pointwise kernels (12 x 768 and 12 x 3072 elements): about 128 programs of 256-1024
+    elements (Inductor's untuned rule), one config (no autotuning); from 2**17 elements 1024 x 4 as before."""
+    from fuse_all_codegen_triton import configs
+    assert configs.pointwise_configs(12 * 768) == [{"XBLOCK": 256, "num_warps": 4, "num_stages": 1}]
+    assert configs.pointwise_configs(12 * 3072) == [{"XBLOCK": 512, "num_warps": 4, "num_stages": 1}]
+    assert configs.pointwise_configs(100) == [{"XBLOCK": 128, "num_warps": 4, "num_stages": 1}]
+    assert configs.pointwise_configs(3) == [{"XBLOCK": 16, "num_warps": 1, "num_stages": 1}]
+    assert configs.pointwise_configs(1 << 20) == [{"XBLOCK": 1024, "num_warps": 4, "num_stages": 1}]
+    for n in (1, 17, 300, 5000, 40_000, 200_000, (1 << 21) - 1):
+        (c,) = configs.pointwise_configs(n)
+        programs = -(-n // c["XBLOCK"])
+        assert c["XBLOCK"] >= min(n, 16) and (programs >= 64 or c["XBLOCK"] <= 256)   # spread over SMs
+    assert configs.pointwise_configs(12 * 768, dynamic=True) == [{"XBLOCK": 1024, "num_warps": 4, "num_stages": 1}]
+    x0 = xvar(0)
+    static = Kernel("k", (sympy.Integer(12 * 768),), (), [Loop(False, [Load("a", "in", x0, "float32"),
+                                                                       Compute("b", "cos", ("a",), "float32"),
+                                                                       Store("out", x0, "b")])], ("in",), ("out",), ())
+    assert target().render(static).spec["configs"] == [{"XBLOCK": 256, "num_warps": 4, "num_stages": 1}]
+    dynamic = ke.cos_sin("cpu").program.kernels["kernel_0"]   # s0 elements, hinted 10_000
+    assert target().render(dynamic, ke.cos_sin("cpu").program).spec["configs"][0]["XBLOCK"] == 1024
+    ln = configs.persistent_configs(12, 768, True)          # bert 1x12's layer norm: one row per program
+    assert ln == [{"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 2, "num_stages": 1}]
 
 
 def test_sum_of_bools_counts_and_max_of_bools_is_any(tmp_path):

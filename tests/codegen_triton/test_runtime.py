@@ -47,7 +47,7 @@ def prepare(kernel, calls, first_args, direct=None, monkeypatch=None):
     for div16 in (False, True):
         kernel._compiled[VariantKey(0, False, True, div16)] = Compiled(None, runner, "FUNC", "META")
     kernel._run_general = lambda *a: calls["general"].append(a)
-    return kernel._make_fast_launcher(0, first_args)
+    return kernel._make_fast_launcher(0, first_args)[0]     # (run, run_on): `run`
 
 
 def test_fast_launcher_calls_the_runner_directly(tmp_path, fake_gpu):
@@ -58,6 +58,42 @@ def test_fast_launcher_calls_the_runner_directly(tmp_path, fake_gpu):
     assert "data_ptr()" in kernel.launcher_source and "(s0) & 15" in kernel.launcher_source
     run(FakeTensor(4096), FakeTensor(8192), 0)                 # empty: nothing launched
     assert len(fake_gpu["runner"]) == 1 and not fake_gpu["general"]
+
+
+def test_run_on_launches_on_the_given_stream_without_a_device_lookup(tmp_path, fake_gpu, monkeypatch):
+    from fuse_all_codegen_triton import _triton_compat as compat
+    kernel = cos_sin_kernel(tmp_path)
+    prepare(kernel, fake_gpu, (FakeTensor(4096), FakeTensor(8192), 10_000))
+    run, run_on = kernel._make_fast_launcher(0, (FakeTensor(4096), FakeTensor(8192), 10_000))
+    run_on(777, FakeTensor(4096), FakeTensor(8192), 10_000)
+    assert fake_gpu["runner"] == [(10, 1, 1, 777, "FUNC", "META", None, None, None, 4096, 8192, 10_000, 1024)]
+    run_source = kernel.launcher_source.split("def run_on")[1]
+    assert "get_device" not in run_source and "get_stream" not in run_source
+    run_on(777, FakeTensor(4100), FakeTensor(8192), 10_000)        # unaligned: still the general path
+    assert len(fake_gpu["general"]) == 1 and fake_gpu["general"][0][2] == 10_000
+
+
+def test_run_on_costs_one_frame_a_data_ptr_per_tensor_and_the_launch(tmp_path, fake_gpu):
+    """The Python work of one launch, counted with cProfile: `run_on` itself, `data_ptr()` per tensor
+    and the C launch; `run` adds the device and stream lookups."""
+    import cProfile
+    import pstats
+    kernel = cos_sin_kernel(tmp_path)
+    prepare(kernel, fake_gpu, (FakeTensor(4096), FakeTensor(8192), 10_000))
+    run, run_on = kernel._make_fast_launcher(0, (FakeTensor(4096), FakeTensor(8192), 10_000))
+    x, out = torch.empty(16), torch.empty(16)       # real tensors: data_ptr() is a C call
+
+    def calls(fn, *args) -> int:
+        profile = cProfile.Profile()
+        profile.enable()
+        fn(*args)
+        profile.disable()
+        return sum(s[1] for s in pstats.Stats(profile).stats.values()) - 1   # minus profile.disable()
+    launches = len(fake_gpu["runner"])
+    # the fake runner is a Python lambda that appends: 2 calls for the launch
+    assert calls(run_on, 5, x, out, 10_000) == 1 + 2 + 2
+    assert calls(run, x, out, 10_000) == 1 + 2 + 2 + 2
+    assert len(fake_gpu["runner"]) == launches + 2
 
 
 @pytest.mark.parametrize("args", [

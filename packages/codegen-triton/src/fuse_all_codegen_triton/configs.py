@@ -33,10 +33,24 @@ def _dedupe(configs: list[dict]) -> list[dict]:
     return out
 
 
-def pointwise_configs(xnumel: int, max_autotune: bool = False) -> list[dict]:
-    if xnumel <= 512:
+def small_pointwise_config(xnumel: int) -> dict:
+    """A launch-bound pointwise kernel (bert 1x12's are 9216 or 36864 elements): latency, not bandwidth.
+    Inductor's untuned rule: blocks of (elements // 128) clamped to 256..1024, so about 128 programs
+    (one per SM) share the work, 4 warps from 128 elements up (it keeps 4 as a workaround for a PTX
+    issue, pytorch#97950), 1 below. On the H200, cos->sin over 1e4 floats took 1.49 us of device time as
+    our earlier 10 programs x 1024 elements, 0.97 us as Inductor's 40 x 256 (bench/RESULTS.md)."""
+    if xnumel <= 256:
         block = max(16, next_power_of_2(xnumel))
-        return [_cfg(block, None, max(1, min(4, block // 128)))]
+        return _cfg(block, None, 4 if block >= 128 else 1)
+    return _cfg(max(256, min(1024, next_power_of_2(xnumel) // 128)), None, 4)
+
+
+def pointwise_configs(xnumel: int, max_autotune: bool = False, dynamic: bool = False) -> list[dict]:
+    """`xnumel`: the (hinted) element count; `dynamic`: the kernel runs on other sizes too, so a small
+    hint past 512 elements keeps the general 1024-element block (small blocks cost bandwidth on big
+    tensors)."""
+    if xnumel <= 512 or (xnumel < BIG_POINTWISE and not max_autotune and not dynamic):
+        return [small_pointwise_config(xnumel)]
     if xnumel < BIG_POINTWISE and not max_autotune:
         return [_cfg(1024, None, 4)]
     # Streaming kernels: 8-16 elements per thread keeps enough 16-byte loads in flight.

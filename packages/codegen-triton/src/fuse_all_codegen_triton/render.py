@@ -127,7 +127,7 @@ def _inner_contiguous(kernel: Kernel) -> bool:
 def _configs(kernel, mode, xnumel, rnumel, hints, options: RenderOptions) -> list:
     x = max(1, _size_hint(xnumel, hints))
     if mode == "pointwise":
-        return cfgs.pointwise_configs(x, options.max_autotune)
+        return cfgs.pointwise_configs(x, options.max_autotune, dynamic=not sympy.sympify(xnumel).is_number)
     r = max(1, _size_hint(rnumel, hints))
     inner = _inner_contiguous(kernel)
     if mode == "persistent":

@@ -7,6 +7,10 @@ with the compiled kernel's handles. No argument binding, no specialisation key, 
 unusual (unaligned views, sizes past 2**31, another current device, profiler hooks) takes the general
 path, which compiles the needed variant on demand.
 
+Host programs call `run_on(stream, ...)` instead: the program checked once per call that its device is
+current and read the current stream (`raw_stream`), so per launch that is one Python frame, one
+`data_ptr()` per tensor and the C launch (`run` adds a device check and a stream lookup).
+
 The first call also picks the config (autotuning: `autotune.py`). Under `TRITON_INTERPRET=1` kernels run
 through Triton's interpreter with the heuristic config.
 """
@@ -47,6 +51,7 @@ class TritonKernel:
         self.chosen: dict | None = None
         self.timings_ms: list | None = None
         self.run = self._first_run
+        self.run_on = self._first_run_on
         if not self.interpret and device.startswith("cuda") and torch.cuda.is_available():
             self.device_index = torch.device(device).index or 0
             candidates = range(len(self.configs)) if self.autotune else [0]
@@ -85,10 +90,21 @@ class TritonKernel:
                 self._setup(args)
         return self.run(*args)
 
+    def _first_run_on(self, stream, *args):
+        self._first_run(*args)       # sets `run_on` up for the next calls
+
+    def _set_paths(self, run, run_on=None) -> None:
+        """`run_on` of a path without a fast launcher, or of a program on another device than CUDA (its
+        host program passes no stream): the path finds the stream itself."""
+        if run_on is None or not self.device.startswith("cuda"):
+            run_on = lambda stream, *args: run(*args)   # noqa: E731
+        self.run_on = run_on
+        self.run = run
+
     def _setup(self, args) -> None:
         if self.interpret:
             self.chosen = self.configs[0]
-            self.run = self._run_jit
+            self._set_paths(self._run_jit)
             return
         tensors = [a for a in args[: self.n_ptr] if isinstance(a, torch.Tensor)]
         if tensors and tensors[0].device.type == "cuda":
@@ -98,13 +114,13 @@ class TritonKernel:
         try:
             index = self._choose_config(args)
             self.chosen = self.configs[index]
-            self.run = self._make_fast_launcher(index, args)
+            self._set_paths(*self._make_fast_launcher(index, args))
         except Exception as e:  # noqa: BLE001 - Triton internals moved: stay correct through triton's JIT
             log.warning("fuse-all: %s: fast Triton launch unavailable (%s: %s); using triton's launcher",
                         self.name, type(e).__name__, e)
             log.debug("fuse-all: %s: why the fast Triton launch failed", self.name, exc_info=True)
             self.chosen = self.configs[0]
-            self.run = self._run_jit
+            self._set_paths(self._run_jit)
 
     def _tuning_key(self, sizes) -> str:
         xnumel = self._xnumel(*sizes)
@@ -179,11 +195,11 @@ class TritonKernel:
 
     # ---- launching ----
     def _make_fast_launcher(self, index: int, first_args):
-        """Generate the per-call launcher for config `index`: aligned pointers, the default index dtype,
-        and size arguments divisible by 16 if they were on the first call."""
+        """Generate the per-call launchers `run` and `run_on` for config `index`: aligned pointers, the
+        default index dtype, and size arguments divisible by 16 if they were on the first call."""
         enter, exit_ = compat.launch_hooks()
         if enter is not None or exit_ is not None:
-            return self._run_general
+            return self._run_general, None
         sizes = list(first_args[self.n_ptr:])
         div16 = bool(sizes) and all(v % 16 == 0 for v in sizes)
         compiled = self.compiled(VariantKey(index, self.int64_only, True, div16))
@@ -198,7 +214,7 @@ class TritonKernel:
             scope["launch"] = direct[0]
         exec(source, scope)   # noqa: S102 - generated from our own spec
         self.launcher_source = source
-        return scope["run"]
+        return scope["run"], scope["run_on"]
 
     def _run_general(self, *args):
         sizes = args[self.n_ptr:]
@@ -245,16 +261,28 @@ class TritonKernel:
         return f"TritonKernel({self.name}, chosen={self.chosen})"
 
 
+# device index -> the current raw CUDA stream (what `run_on` takes); host programs read it once per call
+raw_stream = compat.stream_getter()
+
+
 def fast_launcher_source(spec: dict, config: dict, device_index: int, div16: bool, check_guard: bool,
                          direct_extra: tuple | None = None) -> str:
-    """Python source of the per-call launcher (see the module docstring); the fast path's only checks
-    are the ones the compiled variant's promises need."""
+    """Python source of the per-call launchers (see the module docstring): `run(*args)` and, for host
+    programs that know their device is current, `run_on(stream, *args)`. The fast path's only checks are
+    the ones the compiled variant's promises need."""
+    return (_launcher_source("run", spec, config, device_index, div16, check_guard, direct_extra) + "\n\n"
+            + _launcher_source("run_on", spec, config, device_index, div16, check_guard, direct_extra))
+
+
+def _launcher_source(name: str, spec: dict, config: dict, device_index: int, div16: bool, check_guard: bool,
+                     direct_extra: tuple | None) -> str:
+    on_stream = name == "run_on"
     n_ptr = len(spec["pointers"])
     ptrs = [f"a{i}" for i in range(n_ptr)]
     sizes = list(spec["sizes"])
     consts = [str(config[k]) for k in ("XBLOCK", "RBLOCK") if k in config]
     block = config["XBLOCK"]
-    lines = [f"def run({', '.join(ptrs + sizes)}):"]
+    lines = [f"def {name}({', '.join((['stream'] if on_stream else []) + ptrs + sizes)}):"]
     if sizes:
         lines += [f"    xnumel = {spec['xnumel']}", "    if xnumel <= 0:", "        return"]
     elif int(eval(spec["xnumel"])) <= 0:   # noqa: S307 - a literal
@@ -267,13 +295,15 @@ def fast_launcher_source(spec: dict, config: dict, device_index: int, div16: boo
         slow.append("(" + " | ".join(sizes) + ") & 15")
     if check_guard:
         slow.append(f"not ({spec['int32_guard']})")
-    slow.append(f"get_device() != {device_index}")
-    lines += [f"    if {' or '.join(slow)}:", f"        return general({', '.join(ptrs + sizes)})"]
+    if not on_stream:      # run_on's caller checked the device once for all its launches
+        slow.append(f"get_device() != {device_index}")
+    if slow:
+        lines += [f"    if {' or '.join(slow)}:", f"        return general({', '.join(ptrs + sizes)})"]
     call_args = ", ".join([f"p{i}" for i in range(n_ptr)] + sizes + consts)
     blocks = f"(xnumel + {block - 1}) // {block}"
     if not sizes:   # concrete: fold the grid into a literal
         blocks = str((int(eval(spec["xnumel"])) + block - 1) // block)   # noqa: S307 - a literal
-    grid = f"{blocks}, 1, 1, get_stream({device_index}), function"
+    grid = f"{blocks}, 1, 1, {'stream' if on_stream else f'get_stream({device_index})'}, function"
     if direct_extra is not None:   # Triton's C launch function, see _triton_compat.direct_launch
         extra = ", ".join(repr(v) for v in direct_extra)
         lines.append(f"    launch({grid}, {extra}, metadata, None, None, None, {call_args})")

@@ -1,8 +1,8 @@
 """`TritonTarget`: the `KernelTarget` (see `fuse_all_ir.host`) that renders kernels as Triton.
 
 The prelude it writes into ``output_code.py`` holds, per kernel, the readable ``@triton.jit`` function and
-one ``TritonKernel`` launcher object; a kernel step is the one line ``<name>_launcher.run(<buffers>,
-<sizes>)``. Creating the launchers (importing the module) starts compiling every kernel in the background.
+one ``TritonKernel`` launcher object; a kernel step is the one line ``<name>_launcher.run_on(_fa_stream,
+<buffers>, <sizes>)`` (the stream read once per call: `render_call_prologue`). Creating the launchers (importing the module) starts compiling every kernel in the background.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .render import RenderedKernel, RenderOptions, render_kernel
 _PRELUDE_IMPORTS = """\
 import triton
 import triton.language as tl
-from fuse_all_codegen_triton.runtime import TritonKernel, libdevice
+from fuse_all_codegen_triton.runtime import TritonKernel, libdevice, raw_stream as _fa_raw_stream
 from fuse_all_codegen_triton import helpers as fa"""
 
 
@@ -62,8 +62,17 @@ class TritonTarget:
                          f"    {int64_fn}, autotune_configs={self.autotune!r}, device={program.device!r})")
         return "\n\n\n".join(parts)
 
+    def render_call_prologue(self, program: Program) -> list[str]:
+        """Once per call, before any launch: the stream every `run_on` launches on. A CUDA program runs
+        its body with its device current (the host program checks), so the stream is that device's."""
+        device = program.device
+        if device.split(":")[0] != "cuda":
+            return ["_fa_stream = None"]     # the interpreter (and Triton's own launcher) find it themselves
+        index = device.split(":")[1] if ":" in device else "0"
+        return [f"_fa_stream = _fa_raw_stream({int(index)})"]
+
     def render_launch(self, kernel: Kernel, buffer_args: list[str], size_args: list[str]) -> str:
-        return f"{kernel.name}_launcher.run({', '.join([*buffer_args, *size_args])})"
+        return f"{kernel.name}_launcher.run_on({', '.join(['_fa_stream', *buffer_args, *size_args])})"
 
     def kernel_source(self, kernel: Kernel) -> str:
         return self.render(kernel).source

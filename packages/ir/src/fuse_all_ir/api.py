@@ -1,12 +1,14 @@
 """The IR stage's entry point: an ATen FX graph in, a scheduled `Program` out."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 
 from . import lowerings_pointwise, lowerings_reduce, lowerings_view  # noqa: F401  (register lowerings)
 from .lowering import LOWERINGS, GraphLowering
+from .memory import plan_reuse
 from .nodes import LoweredGraph
 from .program import Program
 from .schedule import schedule
@@ -20,11 +22,16 @@ class Compiled:
 
 
 def lower(gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", device: str | None = None,
-          validate: bool | None = None) -> Compiled:
+          validate: bool | None = None, reuse_buffers: bool | None = None) -> Compiled:
     """`validate`: check the Program against its contract (`validate.py`), raising `InvalidProgram`;
-    None means "when FUSE_ALL_VALIDATE=1"."""
+    None means "when FUSE_ALL_VALIDATE=1". `reuse_buffers`: allocations take the memory of dead buffers
+    (`memory.plan_reuse`); None means "unless FUSE_ALL_REUSE_BUFFERS=0"."""
     lowered = GraphLowering(gm, example_inputs, graph_id, device).run()
     program = schedule(lowered)
+    if reuse_buffers is None:
+        reuse_buffers = os.environ.get("FUSE_ALL_REUSE_BUFFERS", "1").strip() != "0"
+    if reuse_buffers:
+        plan_reuse(program)
     if validate or (validate is None and validation_requested()):
         validate_program(program)
     return Compiled(lowered, program)

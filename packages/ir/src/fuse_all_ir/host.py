@@ -20,7 +20,7 @@ import torch
 
 from ._torch_compat import real_tensor_mode
 from .program import Alloc, BufferRef, ExternCall, Free, Kernel, KernelCall, Program, TensorSpec
-from . import sympy_functions
+from . import memory, sympy_functions
 
 
 class KernelTarget(Protocol):
@@ -34,6 +34,9 @@ class KernelTarget(Protocol):
 
     def kernel_source(self, kernel: Kernel) -> str:
         """The kernel's source in the target language (for reports and the editor)."""
+
+    # optional: `render_call_prologue(program) -> list[str]`, statements run once per call before the
+    # first step (with the program's device current), e.g. reading the stream every launch uses
 
 
 def _py_rules() -> dict:
@@ -140,6 +143,16 @@ def py_literal(value: Any) -> str:
 
 
 def _ref(ref: BufferRef) -> str:
+    """An extern call's tensor argument: the buffer, or a view of it that lives only for the call
+    (`reinterpret_tensor`: no dispatcher, no autograd record; its offset counts from the buffer's own)."""
+    if ref.view is None:
+        return ref.name
+    v = ref.view
+    return f"reinterpret_tensor({ref.name}, {py_tuple(v.size)}, {py_tuple(v.stride)}, {py_index(v.offset)})"
+
+
+def _output_ref(ref: BufferRef) -> str:
+    """A graph output: views go through `torch.as_strided`, the op autograd and AOTAutograd know."""
     if ref.view is None:
         return ref.name
     v = ref.view
@@ -148,9 +161,24 @@ def _ref(ref: BufferRef) -> str:
     return f"as_strided({ref.name}, {py_tuple(v.size)}, {py_tuple(v.stride)}, {offset})"
 
 
+def _device_type(device: str) -> str:
+    return device.split(":", 1)[0]
+
+
+def _cuda_index(device: str) -> int | None:
+    """The CUDA device a program's allocations go to (its calls run under a guard for it), else None."""
+    if _device_type(device) != "cuda":
+        return None
+    return torch.device(device).index or 0
+
+
 def _alloc(name: str, spec: TensorSpec, device: str) -> str:
-    return (f"{name} = empty_strided({py_tuple(spec.size)}, {py_tuple(spec.stride)}, "
-            f"dtype=torch.{spec.dtype}, device={device!r})")
+    """`empty_strided_cpu` / `empty_strided_cuda` (see `runtime.py`); other devices the public call."""
+    size, stride = py_tuple(spec.size), py_tuple(spec.stride)
+    kind = _device_type(device)
+    if kind in ("cpu", "cuda"):
+        return f"{name} = empty_strided_{kind}({size}, {stride}, torch.{spec.dtype})"
+    return f"{name} = empty_strided({size}, {stride}, dtype=torch.{spec.dtype}, device=_fa_device)"
 
 
 def render_host_program(program: Program, target: KernelTarget) -> str:
@@ -161,20 +189,29 @@ def render_host_program(program: Program, target: KernelTarget) -> str:
         "import torch",
         "from torch import empty_strided, as_strided",
         "from torch.autograd import profiler as _fa_profiler",
-        "from fuse_all_ir.runtime import ensure_layout, profile_range as _fa_range",
+        "from fuse_all_ir.runtime import (ensure_layout, profile_range as _fa_range, reinterpret_tensor,",
+        "                                 empty_strided_cpu, empty_strided_cuda, current_cuda_device)",
         "",
         target.render_prelude(program),
         "",
+        f"_fa_device = torch.device({program.device!r})",
+        *_extern_handles(program),
     ]
     with real_tensor_mode():
         for name, value in program.constants.items():
             lines.append(f"{name} = torch.tensor({value.tolist()!r}, dtype={value.dtype}).reshape("
                          f"{tuple(value.shape)!r}).to({program.device!r})")
-    lines += ["", "", "def call(args):",
-              "    if _fa_profiler._is_profiler_enabled:",
-              "        return _call_profiled(args)"]
+    # The hot path runs only when no profiler is on and (CUDA) the program's device is current; anything
+    # else takes `_call_profiled`: profiler ranges, and a device guard for `empty_strided_cuda`.
+    cuda_index = _cuda_index(program.device)
+    slow = "_fa_profiler._is_profiler_enabled"
+    if cuda_index is not None:
+        slow += f" or current_cuda_device() != {cuda_index}"
+    lines += ["", "", "def call(args):", f"    if {slow}:", "        return _call_profiled(args)"]
     lines += ["    " + line for line in _render_call_body(program, target)]
-    lines += ["", "", "def _call_profiled(args):", f"    with _fa_range({graph_range_name(program.graph_id)!r}):"]
+    guard = "" if cuda_index is None else f"torch.cuda.device({cuda_index}), "
+    lines += ["", "", "def _call_profiled(args):",
+              f"    with {guard}_fa_range({graph_range_name(program.graph_id)!r}):"]
     lines += ["        " + line for line in _render_call_body(program, target, profiled=True)]
     lines += ["", "", _render_main(program)]
     source = "\n".join(lines) + "\n"
@@ -237,9 +274,19 @@ def _render_call_body(program: Program, target: KernelTarget, profiled: bool = F
         body.append("args.clear()")
     for sym, host_expr in program.size_symbols.items():
         body.append(f"{sym} = {host_expr}")
+    if program.kernels and hasattr(target, "render_call_prologue"):
+        body += target.render_call_prologue(program)
     externs = 0
+    specs = memory.buffer_specs(program)
     for step in program.steps:
-        if isinstance(step, Alloc):
+        if isinstance(step, Alloc) and step.reuse is not None:
+            spec = specs[step.buffer]
+            if memory.same_layout(spec, specs[step.reuse]):
+                body.append(f"{step.buffer} = {step.reuse}; del {step.reuse}  # reuse")
+            else:
+                body.append(f"{step.buffer} = reinterpret_tensor({step.reuse}, {py_tuple(spec.size)}, "
+                            f"{py_tuple(spec.stride)}, 0); del {step.reuse}  # reuse")
+        elif isinstance(step, Alloc):
             body.append(_alloc(step.buffer, program.buffers[step.buffer], program.device))
         elif isinstance(step, Free):
             body.append(f"del {step.buffer}")
@@ -261,9 +308,19 @@ def _render_call_body(program: Program, target: KernelTarget, profiled: bool = F
     return body
 
 
+def _extern_handle(target) -> str:
+    """The module-level name bound to an ATen op (`torch.ops.aten.mm.default` looked up once, at import)."""
+    return "_fa_op_" + "".join(c if c.isalnum() else "_" for c in str(target))
+
+
+def _extern_handles(program: Program) -> list[str]:
+    targets = dict.fromkeys(str(s.target) for s in program.steps if isinstance(s, ExternCall))
+    return [f"{_extern_handle(t)} = torch.ops.{t}" for t in targets]
+
+
 def _render_extern(step: ExternCall) -> list[str]:
     args = [py_literal(a) for a in step.args] + [f"{k}={py_literal(v)}" for k, v in step.kwargs.items()]
-    call = f"torch.ops.{step.target}({', '.join(args)})"
+    call = f"{_extern_handle(step.target)}({', '.join(args)})"
     if step.single_result:
         lines = [f"{step.outputs[0] or '_'} = {call}"]
     else:
@@ -271,13 +328,15 @@ def _render_extern(step: ExternCall) -> list[str]:
         lines = [f"{targets}{',' if len(step.outputs) == 1 else ''} = {call}"]
     for name, spec in zip(step.outputs, step.out_specs):
         if name and spec is not None:
-            lines.append(f"{name} = ensure_layout({name}, {py_tuple(spec.size)}, {py_tuple(spec.stride)})")
+            stride = py_tuple(spec.stride)   # the common case costs one stride() and a tuple compare
+            lines += [f"if {name}.stride() != {stride}:",
+                      f"    {name} = ensure_layout({name}, {py_tuple(spec.size)}, {stride})"]
     return lines
 
 
 def _render_output(out) -> str:
     if isinstance(out, BufferRef):
-        return _ref(out)
+        return _output_ref(out)
     if isinstance(out, sympy.Basic):
         return py_index(out)
     return py_literal(out)

@@ -87,6 +87,8 @@ def format_program(program: Program) -> str:
         elif isinstance(step, ExternCall):
             outs = ", ".join(o or "_" for o in step.outputs)
             out.append(f"{outs} = {step.target}(...)   # ATen: {step.reason}")
+        elif getattr(step, "reuse", None) is not None:
+            out.append(f"alloc {step.buffer} (reusing the memory of {step.reuse})")
         else:
             out.append(f"{type(step).__name__.lower()} {step.buffer}")
     return "\n".join(out) + "\n"

@@ -186,7 +186,11 @@ class BufferRef:
 
 @dataclass(frozen=True)
 class Alloc:
+    """Allocate `buffer` (Program.buffers gives its layout). With `reuse`, take over the memory of that
+    buffer instead: it is dead from here on (no Free step follows for it) and spans as many elements of
+    the same dtype (see memory.py)."""
     buffer: str
+    reuse: str | None = None
 
 
 @dataclass(frozen=True)

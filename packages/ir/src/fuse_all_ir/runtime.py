@@ -11,6 +11,38 @@ except ImportError:  # pragma: no cover - older or trimmed builds
     from torch.autograd.profiler import record_function as profile_range
 
 
+def _dynamo_guards():
+    try:
+        return torch._C._dynamo.guards
+    except AttributeError:  # pragma: no cover - a build without Dynamo's C helpers
+        return None
+
+
+def _fallback_empty(device: str):
+    def empty(size, stride, dtype):
+        return torch.empty_strided(size, stride, dtype=dtype, device=device)
+    return empty
+
+
+def _fallback_reinterpret(base, size, stride, offset_increment=0):
+    return torch.as_strided(base, size, stride, base.storage_offset() + offset_increment)
+
+
+# The allocation and view functions Inductor's wrapper code uses: C entry points that skip the Python
+# argument parser and the dispatcher (on CPU ~0.37 µs against ~0.9 µs for `torch.empty_strided(..., dtype=,
+# device=)`; ~0.4 µs against ~0.9 µs for `torch.as_strided`). `empty_strided_cuda` allocates on the
+# *current* device: host programs call it only inside their device guard. `reinterpret_tensor`'s offset
+# counts from `base`'s own storage offset; its result records no autograd history (host programs run
+# without it).
+_GUARDS = _dynamo_guards()
+empty_strided_cpu = getattr(_GUARDS, "_empty_strided_cpu", None) or _fallback_empty("cpu")
+empty_strided_cuda = getattr(_GUARDS, "_empty_strided_cuda", None) or _fallback_empty("cuda")
+reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or _fallback_reinterpret
+
+
+current_cuda_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+
+
 def ensure_layout(tensor: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
     """An ATen call may pick another memory layout than tracing predicted (e.g. cuDNN's channels-last);
     kernels index by the predicted strides, so re-lay the result out when it differs."""

@@ -28,6 +28,7 @@ from .program import (
     Alloc, BufferRef, Compute, Const, ExternCall, Free, IndexValue, Kernel, KernelCall, Load, Program, Reduce,
     Store,
 )
+from . import memory
 from .symbolic import rvar, xvar
 from .vocabulary import DTYPES, OP_INFO, REDUCTION_INFO, OpResult, dtype_class, operand_dtype
 
@@ -178,6 +179,8 @@ def _check_steps(program: Program) -> None:
 
     defined = {i.name for i in program.inputs} | set(program.constants)
     allocated: set[str] = set()
+    specs = memory.buffer_specs(program)
+    outputs = {ref.name for ref in _buffer_refs(program.outputs)}
 
     def read(name: str, where: str):
         if name not in defined:
@@ -188,6 +191,10 @@ def _check_steps(program: Program) -> None:
         if isinstance(step, Alloc):
             if step.buffer not in program.buffers:
                 fail(f"{where} allocates {step.buffer!r}, which has no layout in Program.buffers")
+            if step.reuse is not None:
+                _check_reuse(program, step, where, fail, read, specs, outputs)
+                defined.discard(step.reuse)
+                allocated.discard(step.reuse)
             allocated.add(step.buffer)
         elif isinstance(step, KernelCall):
             kernel = program.kernels.get(step.kernel)
@@ -211,6 +218,20 @@ def _check_steps(program: Program) -> None:
             fail(f"{where}: unknown step {step!r}")
     for ref in _buffer_refs(program.outputs):
         read(ref.name, "the program's outputs")
+
+
+def _check_reuse(program: Program, step: Alloc, where: str, fail, read, specs, outputs) -> None:
+    """A reused buffer is live, not an input or output, and has a known layout of the same dtype over as
+    many elements; afterwards it counts as freed, so a later read of it fails as any read of a freed one."""
+    donor = step.reuse
+    read(donor, f"{where} reusing")
+    if donor in outputs or donor in {i.name for i in program.inputs}:
+        fail(f"{where} reuses {donor!r}, a graph input or output")
+    mine, theirs = program.buffers[step.buffer], specs.get(donor)
+    if theirs is None or theirs.dtype != mine.dtype:
+        fail(f"{where} reuses {donor!r}, whose layout is unknown or of another dtype")
+    if sympy.expand(memory.storage_elements(theirs) - memory.storage_elements(mine)) != 0:
+        fail(f"{where}: {step.buffer!r} does not span as many elements as {donor!r}, whose memory it reuses")
 
 
 def _buffer_refs(value):

@@ -1,0 +1,142 @@
+"""The memory plan of a host program: a buffer allocated for a kernel takes over the memory of a buffer
+that died before it (`Alloc(buffer, reuse=...)`), as Inductor's wrapper does (`buf5 = buf2; del buf2  #
+reuse`), so the call path allocates less. Shared by every target: it rewrites `Program.steps`.
+
+Scheduling gives each buffer a lifetime: written by a kernel (after its `Alloc`) or returned by an ATen
+call, dropped by `Free` after its last reader. Walking the steps in order, a freed buffer joins a pool,
+and a later `Alloc` of the same dtype takes one from it instead of allocating:
+
+* the same size and stride: the buffer is simply renamed (`buf5 = buf2`);
+* another layout over the same number of elements: `reinterpret_tensor` of the donor, only for donors
+  whose memory the host program allocated itself (an ATen result may sit at an offset in a larger
+  storage); the donor's Free step is dropped, the reusing Alloc ends its life.
+
+A buffer never gives its memory away when it is a graph input or output (saved tensors of a training
+forward are outputs), or when an ATen call may have returned a view of it (the view could still be
+live), or when it is such a view itself. A graph output only takes memory the host program allocated
+with exactly its layout, so what the caller receives is indistinguishable from a fresh allocation.
+"""
+from __future__ import annotations
+
+import sympy
+
+from .program import Alloc, BufferRef, ExternCall, Free, Program, TensorSpec
+
+
+def storage_elements(spec: TensorSpec) -> sympy.Expr:
+    """Elements an allocation of `spec` spans (0 for an empty tensor)."""
+    size = [sympy.sympify(n) for n in spec.size]
+    if any(n == 0 for n in size):
+        return sympy.Integer(0)
+    return sympy.expand(1 + sum((n - 1) * sympy.sympify(st) for n, st in zip(size, spec.stride)))
+
+
+def extern_may_alias(target) -> bool:
+    """Whether an ATen call may return a view of (or write into) one of its arguments, by the op's schema;
+    True when the schema cannot be found."""
+    import torch
+
+    op = target
+    if isinstance(target, str):
+        op = torch.ops
+        try:
+            for part in target.split("."):
+                op = getattr(op, part)
+        except (AttributeError, RuntimeError):
+            return True
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return True
+    return (any(r.alias_info is not None for r in schema.returns)
+            or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments))
+
+
+def buffer_specs(program: Program) -> dict[str, TensorSpec]:
+    """The layout of every intermediate: allocated buffers and ATen results (with a known layout)."""
+    specs = {}
+    for step in program.steps:
+        if isinstance(step, ExternCall):
+            specs.update((n, s) for n, s in zip(step.outputs, step.out_specs) if n is not None and s is not None)
+    specs.update(program.buffers)
+    return specs
+
+
+def same_layout(a: TensorSpec, b: TensorSpec) -> bool:
+    return (len(a.size) == len(b.size)
+            and all(sympy.expand(sympy.sympify(x) - sympy.sympify(y)) == 0 for x, y in zip(a.size, b.size))
+            and all(sympy.expand(sympy.sympify(x) - sympy.sympify(y)) == 0 for x, y in zip(a.stride, b.stride)))
+
+
+def plan_reuse(program: Program) -> Program:
+    """Rewrite `program.steps` so that allocations reuse dead buffers (see the module docstring)."""
+    outputs = {ref.name for ref in _refs(program.outputs)}
+    inputs = {i.name for i in program.inputs}
+    no_donor = set(outputs) | inputs
+    specs = buffer_specs(program)
+    for step in program.steps:
+        if isinstance(step, ExternCall):
+            if extern_may_alias(step.target):
+                no_donor.update(ref.name for ref in _refs((step.args, step.kwargs)))
+                no_donor.update(o for o in step.outputs if o is not None)
+            no_donor.update(name for name, spec in zip(step.outputs, step.out_specs)
+                            if name is not None and spec is None)
+
+    own: set[str] = set()          # buffers whose storage the host program allocated (exactly sized)
+    pool: list[tuple[str, TensorSpec]] = []     # freed donors, most recent last
+    taken: dict[str, str] = {}     # donor -> the buffer that reuses it
+    steps = []
+    for step in program.steps:
+        if isinstance(step, Alloc) and step.reuse is None:
+            spec = program.buffers[step.buffer]
+            donor = _pick(pool, spec, own, as_output=step.buffer in outputs)
+            if donor is not None:
+                taken[donor] = step.buffer
+                if donor in own:
+                    own.add(step.buffer)
+                steps.append(Alloc(step.buffer, reuse=donor))
+                continue
+            own.add(step.buffer)
+        elif isinstance(step, Free) and step.buffer not in no_donor:
+            spec = specs.get(step.buffer)
+            if spec is not None and storage_elements(spec) != 0:
+                pool.append((step.buffer, spec))
+        steps.append(step)
+    # a donor's own Free goes: the Alloc that reuses it ends its life
+    steps = [s for s in steps if not (isinstance(s, Free) and s.buffer in taken)]
+    program.steps = steps
+    return program
+
+
+def _pick(pool, spec: TensorSpec, own: set[str], as_output: bool) -> str | None:
+    """The most recently freed donor with spec's exact layout, else (not for an output) one of the host
+    program's own allocations over as many elements; removed from the pool."""
+    exact = compatible = None
+    elements = None
+    for index in range(len(pool) - 1, -1, -1):
+        name, donor = pool[index]
+        if donor.dtype != spec.dtype:
+            continue
+        if same_layout(donor, spec):
+            if as_output and name not in own:
+                continue
+            exact = index
+            break
+        if compatible is None and not as_output and name in own:
+            elements = storage_elements(spec) if elements is None else elements
+            if sympy.expand(storage_elements(donor) - elements) == 0:
+                compatible = index
+    index = exact if exact is not None else compatible
+    if index is None:
+        return None
+    return pool.pop(index)[0]
+
+
+def _refs(value):
+    if isinstance(value, BufferRef):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _refs(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _refs(item)
