@@ -121,3 +121,29 @@ def graphed(engine):
 def fallback_log(caplog):
     caplog.set_level(logging.INFO, logger="fuse_all.cudagraphs")
     return caplog
+
+
+@pytest.fixture
+def clobbering_engine():
+    return FakeEngine(clobber=True)
+
+
+@pytest.fixture
+def fake_backend(monkeypatch, clobbering_engine):
+    """The fuse_all_cudagraphs torch.compile backend on CPU tensors, its graphs on a clobbering FakeEngine
+    (AOTAutograd's real forward/backward calling pattern, a shared pool's worst case). Returns the list
+    of GraphedCallables it makes, in order."""
+    import fuse_all_cudagraphs.backend as backend_module
+
+    engine = clobbering_engine
+    made: list[GraphedCallable] = []
+
+    def fake_wrap(fn, example_inputs, **options):
+        made.append(GraphedCallable(fn, example_inputs, engine=engine, **options))
+        return made[-1]
+
+    monkeypatch.setattr(backend_module, "wrap", fake_wrap)
+    monkeypatch.setattr(backend_module, "graph_unsafe_reason", lambda gm: None)  # CPU graphs count as capturable
+    torch.compiler.reset()
+    yield made
+    torch.compiler.reset()
