@@ -41,8 +41,9 @@ class OwnedGroup:
         self.baseline: int | None = None  # our own references, measured once the capture is done
         self.copied_out = False
         self.sticky = False
+        # the signature's sets of copied-out (and of sticky) output indices: they outlive re-captures
         self._sink = sink
-        self._sticky_sink = sticky_sink if sticky_sink is not None else set()  # the signature's set of copied-out output indices: outlives re-captures
+        self._sticky_sink = sticky_sink if sticky_sink is not None else set()
         self._last_copy: Any = None  # weak reference to the last copy handed out
         self._dropped = 0  # calls in a row whose previous copy was already gone
 
