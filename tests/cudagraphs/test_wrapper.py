@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from fuse_all_cudagraphs import GraphPool, LiveOutputError, wrap
+from fuse_all_cudagraphs import GraphedCallable, GraphPool, LiveOutputError, wrap
 
 
 def cos_sin(args):
@@ -179,6 +179,57 @@ def test_graphs_sharing_a_pool_never_overwrite_each_others_held_outputs(graphed)
     assert torch.equal(h([x])[0], x * 3) and kinds(h)[-1] == "recapture"
     assert torch.equal(held, x * 3)
     assert pool.graph_names() == ["h (retired)", "f", "h"]
+
+
+def test_outputs_held_across_another_graphs_replay_stay_copies(clobbering_engine):
+    """`.grad` kept across the next forward: the backward graph's outputs are alive when the forward graph
+    (captured earlier, so its temporaries may lie under them) replays. The forward is re-captured once
+    and the backward hands copies out from then on, also after the caller dropped several in a row."""
+    pool = GraphPool(handle="train")
+    x = torch.ones(3)
+    fw = GraphedCallable(lambda a: (a[0] + 1,), [x], pool=pool, name="fw", engine=clobbering_engine)
+    bw = GraphedCallable(lambda a: (a[0] * 3,), [x], pool=pool, name="bw", engine=clobbering_engine)
+    grad = None
+    for step in range(10):
+        (y,) = fw([x])                # `grad` of the previous step is still alive here
+        grad = bw([y])[0]             # ... and dropped only now, before this graph's next call
+        assert torch.equal(grad, (x + 1) * 3), step
+        del y
+    assert kinds(fw) == ["capture", "recapture"] and kinds(bw) == ["capture", "recapture"]
+    assert "output(s) [0] of 'bw' (captured later into the same pool)" in fw.decisions[1].reason
+    assert fw.stats["plain_calls"] == bw.stats["plain_calls"] == 0 and fw.stats["replays"] == 9
+
+
+def test_an_input_written_by_a_graph_of_another_pool_is_read_in_place(graphed):
+    """Graph breaks: each Dynamo graph has its own pool, the second reads the first one's outputs."""
+    x = torch.ones(4)
+    first = graphed(lambda a: (a[0] * 2,), [x], pool=GraphPool(), name="first")
+    second = graphed(lambda a: (a[0] + 1,), [x], pool=GraphPool(), name="second")
+    batches = [torch.full((4,), float(step)) for step in range(6)]  # all alive: a new address each step
+    for step, batch in enumerate(batches):
+        (mid,) = first([batch])  # re-captured at step 2 (its input moves): its output moves too
+        (out,) = second([mid])
+        assert torch.equal(out, batch * 2 + 1), step
+        del mid, out
+    assert second.stats["input_copies"] == 0 and second.stats["plain_calls"] == 0
+    assert [d.reason for d in second.decisions][1:] == [
+        "input(s) [0] moved and stayed at the new address; re-capturing to read them there"]
+
+
+def test_pool_reset_retires_every_member_and_forgets_the_handle(graphed):
+    pool = GraphPool()
+    x = torch.ones(3)
+    f = graphed(lambda a: (a[0] + 1,), [x], pool=pool, name="f")
+    h = graphed(lambda a: (a[0] * 3,), [x], pool=pool, name="h")
+    f([x]), h([x]), f([x])
+    (held,) = h([x])
+    handle = pool.handle
+    pool.reset()
+    assert pool.graph_names() == ["h (retired)"]  # what the caller still holds stays tracked
+    assert pool.handle != handle
+    del held
+    f([x]), f([x])
+    assert f.stats["captures"] == 2 and pool.graph_names() == ["f"]
 
 
 def test_cpu_inputs_fall_back_at_wrap_time_with_the_real_engine(fallback_log):

@@ -78,6 +78,7 @@ class GraphPool:
     def register(self, name: str, outputs: OutputPlan) -> _Record:
         """A graph was just captured into this pool: it is the newest."""
         record = _Record(name, outputs)
+        self._prune()  # retired graphs whose outputs the caller has dropped since
         self._records.append(record)
         return record
 
