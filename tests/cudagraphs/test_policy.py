@@ -123,6 +123,10 @@ def test_live_outputs_policy():
     assert "long after" in resolve_live_outputs("fw", [own_old], [], "copy").reason
     verdict = resolve_live_outputs("fw", [], [later], "copy")
     assert verdict.action is Action.RECAPTURE and "'bw' (captured later into the same pool)" in verdict.reason
+    consumed = LiveGroup("fw2", (4,), was_copied_out=False, consumed=True)  # this call's own inputs
+    verdict = resolve_live_outputs("bw", [], [consumed], "error")  # nothing the caller did wrong: no error
+    assert verdict.action is Action.RECAPTURE and "inputs of this call are outputs of 'fw2'" in verdict.reason
+    assert "'bw' (captured later" in resolve_live_outputs("fw", [], [consumed, later], "copy").reason
     error = resolve_live_outputs("fw", [own_new], [], "error")
     assert error.action is Action.ERROR and "out.clone()" in error.reason and "on_live_output='copy'" in error.reason
 

@@ -200,6 +200,33 @@ def test_outputs_held_across_another_graphs_replay_stay_copies(clobbering_engine
     assert fw.stats["plain_calls"] == bw.stats["plain_calls"] == 0 and fw.stats["replays"] == 9
 
 
+def test_a_forward_recaptured_at_the_same_addresses_keeps_handing_out_saved_tensors_in_place(clobbering_engine):
+    """A re-captured forward graph usually gets its outputs at the very addresses it had (the pool hands
+    the freed blocks out again in the same order). The backward graph then reads the saved tensors where it
+    read them before, but it was captured earlier than the new forward graph, so it is re-captured; the
+    saved tensors are its inputs, not results the caller keeps: they must stay aliases, not become copies."""
+    slab = torch.zeros(4)  # stands for the pool memory every capture of the forward graph writes its output to
+
+    def forward(args):
+        return (slab.copy_(args[0] * 2),)
+
+    pool = GraphPool(handle="same-addresses")
+    x = torch.ones(4)
+    fw = GraphedCallable(forward, [x], pool=pool, name="fw", engine=clobbering_engine)
+    bw = GraphedCallable(lambda a: (a[0] + 1,), [x], pool=pool, name="bw", engine=clobbering_engine)
+    batches = [torch.full((4,), float(step)) for step in range(8)]  # a new tensor each step: fw re-captures
+    for step, batch in enumerate(batches):
+        (saved,) = fw([batch])
+        (grad,) = bw([saved])
+        assert torch.equal(grad, batch * 2 + 1), step
+        if step >= 2:
+            assert saved.data_ptr() == slab.data_ptr(), step  # an alias of the graph's memory, no copy
+        del saved, grad
+    assert kinds(bw) == ["capture", "recapture"]
+    assert "inputs of this call are outputs of 'fw', captured later into the same pool" in bw.decisions[1].reason
+    assert bw.stats["input_copies"] == 0 and bw.stats["plain_calls"] == fw.stats["plain_calls"] == 0
+
+
 def test_an_input_written_by_a_graph_of_another_pool_is_read_in_place(graphed):
     """Graph breaks: each Dynamo graph has its own pool, the second reads the first one's outputs."""
     x = torch.ones(4)

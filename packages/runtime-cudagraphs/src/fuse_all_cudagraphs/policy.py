@@ -195,6 +195,7 @@ class LiveGroup:
     graph_name: str
     outputs: tuple[int, ...]
     was_copied_out: bool  # already marked for copy-out: the live reference is an older one
+    consumed: bool = False  # an input of this very call (the backward graph reading the saved tensors)
 
 
 def resolve_live_outputs(graph_name: str, own: Sequence[LiveGroup], later: Sequence[LiveGroup],
@@ -211,6 +212,13 @@ def resolve_live_outputs(graph_name: str, own: Sequence[LiveGroup], later: Seque
     """
     if not own and not later:
         return Verdict(Action.REPLAY)
+    if not own and all(group.consumed for group in later):
+        # Nobody holds them but this call, which reads them: e.g. the forward graph was re-captured after
+        # the backward graph, and the saved tensors it wrote may lie in the backward graph's temporaries.
+        return Verdict(Action.RECAPTURE, f"inputs of this call are outputs of '{later[0].graph_name}', captured "
+                                         f"later into the same pool; re-capturing '{graph_name}' so that its "
+                                         "temporaries cannot lie under them")
+    later = [group for group in later if not group.consumed]
     first = (own or later)[0]
     where = f"output(s) {list(first.outputs)} of '{first.graph_name}'"
     if on_live_output == "error":

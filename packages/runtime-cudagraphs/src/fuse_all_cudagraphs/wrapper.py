@@ -226,15 +226,19 @@ class GraphedCallable:
 
     def _resolve_live_outputs(self, state: SignatureState, graph: CapturedGraph, inputs: list[Any],
                               own: list[OwnedGroup], later: list[tuple[str, OwnedGroup]]) -> Any:
+        read_now = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+        consumed = [group.storage_ptr in read_now for _, group in later]
         verdict = resolve_live_outputs(
             graph.name, [LiveGroup(graph.name, tuple(g.outputs), g.copied_out) for g in own],
-            [LiveGroup(name, tuple(g.outputs), g.copied_out) for name, g in later], self._on_live_output)
+            [LiveGroup(name, tuple(g.outputs), g.copied_out, used) for (name, g), used in zip(later, consumed)],
+            self._on_live_output)
         if verdict.action is Action.ERROR:
             raise LiveOutputError(verdict.reason)
         for group in own:
             group.mark_copied_out()
-        for _, group in later:
-            group.mark_copied_out(sticky=True)
+        for (_, group), used in zip(later, consumed):
+            if not used:  # held across calls by the caller (.grad kept across the next forward): copies
+                group.mark_copied_out(sticky=True)
         return self._recapture(state, inputs, graph.addresses.modes, verdict.reason)
 
     # ------------------------------------------------------------------ helpers
