@@ -23,6 +23,16 @@ STEPS_AFTER_WARMUP = 5
 ATOL, RTOL = 2e-4, 2e-3
 
 
+@pytest.fixture(autouse=True)
+def full_float32():
+    """TF32 off (cuDNN enables it for convolutions by default): compiled and eager convolutions see inputs
+    that differ in the last bits, and TF32's 10-bit rounding would magnify that into visible noise."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 def fuse_all_stats():
     return [(g.kind, g.cudagraphs["stats"]) for g in fuse_all.compiled_graphs() if "stats" in g.cudagraphs]
 
