@@ -122,7 +122,7 @@ def _():
     return str(h.stats)
 
 
-@check("changed input address: plain once, then re-captured")
+@check("changed input address: re-captured with a buffer it is copied into")
 def _():
     xs = [torch.randn(4096, device="cuda") for _ in range(6)]
     g = wrap(cos_sin, [xs[0]])

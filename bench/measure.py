@@ -94,6 +94,18 @@ def clean_slate(device: str) -> None:
         torch.cuda.empty_cache()
 
 
+def cudagraph_counts() -> dict:
+    """fuse_all's CUDA-graph counters (mode="reduce-overhead") summed per graph kind: `backward replays`, ..."""
+    import fuse_all
+    counts: dict = {}
+    for r in fuse_all.compiled_graphs():
+        for key, value in ((r.cudagraphs or {}).get("stats") or {}).items():
+            if key in ("replays", "plain_calls", "captures"):
+                name = f"{r.kind} {key}"
+                counts[name] = counts.get(name, 0) + value
+    return counts
+
+
 def fuse_all_summary() -> dict:
     """What fuse_all made of the graphs compiled since the last `fuse_all.reset()`."""
     import fuse_all
@@ -135,7 +147,11 @@ def measure_backend(b: Backend, inst: Instance, ref, device: str, name: str, arg
             cell["check_ok"] = ok
             del out
             if b.timed:
+                before = cudagraph_counts() if b.fuse_all and b.mode == "reduce-overhead" else None
                 cell["median_ms"] = median_ms(step, device, args.quick)
+                if before is not None:   # what the timed steps did: replays, or calls without a graph
+                    after = cudagraph_counts()
+                    cell["graph_calls"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
                 if inst.min_bytes:
                     cell["gbps"] = inst.min_bytes / (cell["median_ms"] * 1e-3) / 1e9
             if b.key in COUNTED:

@@ -104,7 +104,7 @@ def runtime_table(rows: list[dict], device: str) -> tuple[list[str], list[list[s
         line = [r["workload"], _cell(r, "eager", "median_ms"), _cell(r, "inductor", "median_ms"),
                 _cell(r, "fuse_all", "median_ms"), _ratio(r, "fuse_all", "inductor")]
         if cuda:
-            line += [_cell(r, "inductor_ro", "median_ms"), _cell(r, "fuse_all_ro", "median_ms"),
+            line += [_cell(r, "inductor_ro", "median_ms"), _cell(r, "fuse_all_ro", "median_ms") + _plain(r),
                      _ratio(r, "fuse_all_ro", "inductor_ro"), _cell(r, "cudagraphs", "median_ms")]
         gb = [_fmt(c.get("gbps"), 4) + (" (anchor)" if c.get("from_anchors") and c.get("gbps") else "")
               for c in (r["cells"].get(k, {}) for k in ("inductor", "fuse_all"))]
@@ -113,6 +113,13 @@ def runtime_table(rows: list[dict], device: str) -> tuple[list[str], list[list[s
         line += gb + [check, _graphs(fa)]
         body.append(line)
     return head, body
+
+
+def _plain(row: dict) -> str:
+    """Calls that ran without a CUDA graph while fuse_all RO was timed (it should only replay)."""
+    calls = row["cells"].get("fuse_all_ro", {}).get("graph_calls") or {}
+    plain = {k.split()[0]: v for k, v in calls.items() if k.endswith("plain_calls") and v}
+    return "".join(f" ({v} {kind} calls without graph)" for kind, v in plain.items())
 
 
 def _graphs(cell: dict) -> str:

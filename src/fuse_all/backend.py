@@ -54,8 +54,12 @@ def compiled_graphs() -> list[CompiledGraph]:
 
 
 def reset() -> None:
-    """Forget this process's compiled graphs and CUDA graph pools; `torch.compiler.reset()` calls it."""
+    """Forget this process's compiled graphs and CUDA graph pools; `torch.compiler.reset()` calls it.
+    Every graph of the pools is retired, so their memory goes back to the allocator as soon as the caller
+    drops the results it still holds (a compiled function that is called again captures afresh)."""
     _COMPILED.clear()
+    for pool in list(_POOLS.values()):
+        pool.reset()
     _POOLS.clear()
 
 

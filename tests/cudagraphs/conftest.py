@@ -11,6 +11,7 @@ import logging
 
 import pytest
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from fuse_all_cudagraphs import CaptureError, GraphedCallable
 
@@ -33,6 +34,19 @@ class FakeGraph:
         self.inputs = [_layout(x) if isinstance(x, torch.Tensor) else ("value", x) for x in inputs]
         outs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
         self.outputs = [_layout(o) if isinstance(o, torch.Tensor) else None for o in outs]
+        # Memory the graph itself allocates (in the pool): outputs that are not views of an input.
+        input_storages = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+        self.output_storages = [StorageWeakRef(o.untyped_storage()) for o in outs if isinstance(o, torch.Tensor)
+                                and o.untyped_storage().data_ptr() not in input_storages]
+
+    def clobber_outputs(self):
+        """What a graph captured earlier into the same pool may do to this one's outputs: its temporaries
+        may lie under them, so its replay overwrites them (here with NaN, the worst case)."""
+        for weak in self.output_storages:
+            if not weak.expired():  # memory the caller or the wrapper still holds; freed memory is not ours
+                storage = torch.UntypedStorage._new_with_weak_ptr(weak.cdata)
+                at_address(storage.data_ptr(), (storage.nbytes(),), (1,), torch.uint8).fill_(0xFF)
+                del storage  # all-ones bytes: NaN in every float dtype
 
     def replay(self):
         inputs = [x[1] if x[0] == "value" else at_address(*x) for x in self.inputs]
@@ -49,10 +63,12 @@ class FakeEngine:
 
     device_type = "cpu"
 
-    def __init__(self, fail_capture: str | None = None):
+    def __init__(self, fail_capture: str | None = None, clobber: bool = False):
         self.fail_capture = fail_capture
+        self.clobber = clobber  # model a shared pool's worst case: see FakeGraph.clobber_outputs
         self.captures = 0
         self.replays = 0
+        self.capture_order: dict[int, list[FakeGraph]] = {}  # id(pool) -> its graphs in capture order
 
     def warm_up(self, fn, inputs, device_index):
         return fn(list(inputs))
@@ -67,14 +83,23 @@ class FakeEngine:
                 with torch.no_grad():
                     tensor.copy_(saved)
         self.captures += 1
-        return FakeGraph(fn, inputs, outputs), outputs
+        graph = FakeGraph(fn, inputs, outputs)
+        self.capture_order.setdefault(id(pool), []).append(graph)
+        graph.pool_order = self.capture_order[id(pool)]
+        return graph, outputs
 
     def replay(self, handle):
         self.replays += 1
+        if self.clobber:
+            order = handle.pool_order
+            for later in order[order.index(handle) + 1:]:
+                later.clobber_outputs()
         handle.replay()
 
     def new_buffer(self, like):
-        return torch.empty_strided(tuple(like.shape), tuple(like.stride()), dtype=like.dtype)
+        # zeros, not garbage: our capture executes the function (a real one does not), and garbage class
+        # indices would fail an index op; the replay right after the capture copies the real data in
+        return torch.zeros_like(like).as_strided(tuple(like.shape), tuple(like.stride()))
 
 
 @pytest.fixture
@@ -96,3 +121,29 @@ def graphed(engine):
 def fallback_log(caplog):
     caplog.set_level(logging.INFO, logger="fuse_all.cudagraphs")
     return caplog
+
+
+@pytest.fixture
+def clobbering_engine():
+    return FakeEngine(clobber=True)
+
+
+@pytest.fixture
+def fake_backend(monkeypatch, clobbering_engine):
+    """The fuse_all_cudagraphs torch.compile backend on CPU tensors, its graphs on a clobbering FakeEngine
+    (AOTAutograd's real forward/backward calling pattern, a shared pool's worst case). Returns the list
+    of GraphedCallables it makes, in order."""
+    import fuse_all_cudagraphs.backend as backend_module
+
+    engine = clobbering_engine
+    made: list[GraphedCallable] = []
+
+    def fake_wrap(fn, example_inputs, **options):
+        made.append(GraphedCallable(fn, example_inputs, engine=engine, **options))
+        return made[-1]
+
+    monkeypatch.setattr(backend_module, "wrap", fake_wrap)
+    monkeypatch.setattr(backend_module, "graph_unsafe_reason", lambda gm: None)  # CPU graphs count as capturable
+    torch.compiler.reset()
+    yield made
+    torch.compiler.reset()

@@ -59,28 +59,33 @@ def test_a_moved_static_input_is_recaptured_never_copied():
     assert "static input(s) [0] moved" in verdict.reason
 
 
-def test_a_borrowed_input_that_moves_once_and_stays_is_read_at_its_new_address():
-    p = plan([S, B], [100, 200])
+def test_a_callers_input_that_moves_is_copied_from_then_on_without_a_plain_run():
+    """The next batch, the backward graph's incoming gradient: a new tensor on every call is the rule."""
+    verdict = plan([S, B], [100, 200]).classify([100, 222])
+    assert verdict.action is Action.RECAPTURE and verdict.new_modes == (S, C)
+    assert "input(s) [1] moved since capture (a new tensor on each call); re-capturing with static buffers" \
+        in verdict.reason
+
+
+def test_a_moving_input_that_cannot_be_copied_into_is_read_where_it_settles():
+    p = plan([S, B], [100, 200], copyable=[True, False])  # e.g. expanded: copy_ into it is not allowed
     first = p.classify([100, 222])
     assert first.action is Action.PLAIN and "input(s) [1] moved since capture; running plainly until" in first.reason
     second = p.classify([100, 222])
     assert second.action is Action.RECAPTURE and second.new_modes == (S, B)
     assert "stayed at the new address" in second.reason
+    p.classify([100, 301]), p.classify([100, 302])
+    assert p.classify([100, 303]).new_modes == (S, B)  # never copied
 
 
-def test_a_borrowed_input_that_keeps_moving_gets_a_buffer():
-    p = plan([B, B], [100, 200])
-    assert p.classify([100, 201]).action is Action.PLAIN
-    assert p.classify([100, 202]).action is Action.PLAIN  # one odd address proves nothing (see below)
-    verdict = p.classify([100, 203])
-    assert verdict.action is Action.RECAPTURE and verdict.new_modes == (B, C)
-    assert "move on every call" in verdict.reason
+def owned_plan(ptr=100):
+    return AddressPlan([B], [ptr], [True], owned_at_capture=frozenset({0}))
 
 
 def test_an_input_that_moves_twice_then_settles_is_read_in_place():
     """The backward graph's saved tensors: captured at A, one plain forward gives P, then the re-captured
     forward writes them at B for good. Copying them on every call from then on would be the wrong call."""
-    p = plan([B], [100])
+    p = owned_plan()
     assert p.classify([500]).action is Action.PLAIN
     assert p.classify([700]).action is Action.PLAIN
     verdict = p.classify([700])
@@ -93,20 +98,15 @@ def test_an_input_that_moved_into_graph_owned_memory_is_read_there_at_once():
 
 
 def test_an_input_captured_in_graph_owned_memory_is_not_copied_after_a_few_plain_producer_runs():
-    p = AddressPlan([B], [100], [True], owned_at_capture=frozenset({0}))
+    p = owned_plan()
     for address in range(500, 500 + AddressPlan.MOVES_BEFORE_COPY_OWNED - 1):
         assert p.classify([address]).action is Action.PLAIN
-    assert p.classify([900]).new_modes == (C,)  # the producer stopped replaying: copy after all
-
-
-def test_a_moving_input_that_cannot_be_copied_into_stays_borrowed():
-    p = plan([B], [100], copyable=[False])  # e.g. an expanded tensor: copy_ into it is not allowed
-    p.classify([101]), p.classify([102])
-    assert p.classify([103]).new_modes == (B,)
+    verdict = p.classify([900])  # the producer stopped replaying: copy after all
+    assert verdict.new_modes == (C,) and "move on every call" in verdict.reason
 
 
 def test_a_borrowed_input_that_comes_back_is_replayed_and_forgotten():
-    p = plan([B], [100])
+    p = owned_plan()
     assert p.classify([150]).action is Action.PLAIN
     assert p.classify([100]).action is Action.REPLAY and p.pending == {}
     assert p.classify([150]).action is Action.PLAIN  # a new first move, not "stayed"
@@ -117,11 +117,16 @@ def test_live_outputs_policy():
     own_old = LiveGroup("fw", (1, 2), was_copied_out=True)
     later = LiveGroup("bw", (3,), was_copied_out=False)
     assert resolve_live_outputs("fw", [], [], "copy").action is Action.REPLAY
-    transient = resolve_live_outputs("fw", [own_new], [], "copy")
-    assert transient.action is Action.PLAIN and "output(s) [0] of 'fw'" in transient.reason
-    assert resolve_live_outputs("fw", [own_old], [], "copy").action is Action.RECAPTURE
+    held = resolve_live_outputs("fw", [own_new], [], "copy")  # never a plain run: the caller keeps the memory
+    assert held.action is Action.RECAPTURE and "output(s) [0] of 'fw' from an earlier call" in held.reason
+    assert "copied out from now on" in held.reason
+    assert "long after" in resolve_live_outputs("fw", [own_old], [], "copy").reason
     verdict = resolve_live_outputs("fw", [], [later], "copy")
     assert verdict.action is Action.RECAPTURE and "'bw' (captured later into the same pool)" in verdict.reason
+    consumed = LiveGroup("fw2", (4,), was_copied_out=False, consumed=True)  # this call's own inputs
+    verdict = resolve_live_outputs("bw", [], [consumed], "error")  # nothing the caller did wrong: no error
+    assert verdict.action is Action.RECAPTURE and "inputs of this call are outputs of 'fw2'" in verdict.reason
+    assert "'bw' (captured later" in resolve_live_outputs("fw", [], [consumed, later], "copy").reason
     error = resolve_live_outputs("fw", [own_new], [], "error")
     assert error.action is Action.ERROR and "out.clone()" in error.reason and "on_live_output='copy'" in error.reason
 

@@ -8,6 +8,7 @@ import functools
 import itertools
 import logging
 import re
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ log = logging.getLogger("fuse_all.cudagraphs")
 OPTIONS = ("on_fallback", "on_live_output", "max_graphs", "max_recaptures", "warmup_calls")
 
 _graph_ids = itertools.count()
+_pools: weakref.WeakSet[GraphPool] = weakref.WeakSet()  # every pool this backend made, for reset()
 
 
 def graph_unsafe_reason(gm: torch.fx.GraphModule) -> str | None:
@@ -90,6 +92,7 @@ class _ModelGraphs:
         self.num_dynamo_inputs = num_dynamo_inputs
         self.options = options
         self.pool = GraphPool()
+        _pools.add(self.pool)
         self.graph_id = next(_graph_ids)
         self.fw_static: list[int] = []
 
@@ -126,3 +129,13 @@ def fuse_all_cudagraphs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         keep_inference_input_mutations=True,
     )
     return compiler(gm, example_inputs)
+
+
+def reset() -> None:
+    """Retire every graph this backend captured and let the allocator free their pools (once the caller
+    drops what it still holds); ``torch.compiler.reset()`` calls it."""
+    for pool in list(_pools):
+        pool.reset()
+
+
+fuse_all_cudagraphs.reset = reset  # type: ignore[attr-defined]

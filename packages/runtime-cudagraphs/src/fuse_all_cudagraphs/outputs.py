@@ -26,28 +26,39 @@ class OwnedGroup:
 
     #: Copies are handed out until the caller has dropped this many in a row before the next call;
     #: then aliases again (a phase that kept results, e.g. validation, should not tax every later call).
+    #: Not for outputs found alive when *another* graph of the pool was about to replay (``.grad`` kept
+    #: across the next forward): whether they are dropped before this graph's next call says nothing about
+    #: the other graph's, so they stay copies (``sticky``).
     REVERT_AFTER = 4
 
-    __slots__ = ("outputs", "storage_ptr", "weak", "baseline", "copied_out", "_sink", "_last_copy", "_dropped")
+    __slots__ = ("outputs", "storage_ptr", "weak", "baseline", "copied_out", "sticky", "_sink", "_sticky_sink",
+                 "_last_copy", "_dropped")
 
-    def __init__(self, tensor: torch.Tensor, sink: set[int]):
+    def __init__(self, tensor: torch.Tensor, sink: set[int], sticky_sink: set[int] | None = None):
         self.outputs: list[int] = []
         self.storage_ptr = tensor.untyped_storage().data_ptr()
         self.weak = compat.storage_weak_ref(tensor)
         self.baseline: int | None = None  # our own references, measured once the capture is done
         self.copied_out = False
-        self._sink = sink  # the signature's set of copied-out output indices: outlives re-captures
+        self.sticky = False
+        # the signature's sets of copied-out (and of sticky) output indices: they outlive re-captures
+        self._sink = sink
+        self._sticky_sink = sticky_sink if sticky_sink is not None else set()
         self._last_copy: Any = None  # weak reference to the last copy handed out
         self._dropped = 0  # calls in a row whose previous copy was already gone
 
-    def mark_copied_out(self) -> None:
-        """From the next hand-out on, these outputs are copies (the caller keeps such results around)."""
+    def mark_copied_out(self, sticky: bool = False) -> None:
+        """From the next hand-out on, these outputs are copies (the caller keeps such results around);
+        ``sticky``: for good (see REVERT_AFTER)."""
         self.copied_out = True
         self._sink.update(self.outputs)
+        if sticky:
+            self.sticky = True
+            self._sticky_sink.update(self.outputs)
 
     def give(self, static: torch.Tensor, first: bool) -> torch.Tensor:
         """The tensor to hand out for one output of this group (``first``: the group's first output)."""
-        if first and self.copied_out and self._copies_unneeded():
+        if first and self.copied_out and not self.sticky and self._copies_unneeded():
             self.copied_out = False
             self._sink.difference_update(self.outputs)
         if not self.copied_out:
@@ -93,7 +104,9 @@ class OutputPlan:
         the caller was seen holding it across calls (``copied_out``).
     """
 
-    def __init__(self, outputs: Any, inputs: Sequence[Any], copied_out: set[int]):
+    def __init__(self, outputs: Any, inputs: Sequence[Any], copied_out: set[int],
+                 sticky_copied_out: set[int] | None = None):
+        sticky_copied_out = sticky_copied_out if sticky_copied_out is not None else set()
         self.single = isinstance(outputs, torch.Tensor)
         items = [outputs] if self.single else list(outputs)
         self.as_list = isinstance(outputs, list)
@@ -116,10 +129,11 @@ class OutputPlan:
             key = out.untyped_storage().data_ptr()
             group = by_storage.get(key)
             if group is None:
-                group = by_storage[key] = OwnedGroup(out, copied_out)
+                group = by_storage[key] = OwnedGroup(out, copied_out, sticky_copied_out)
                 self.groups.append(group)
             group.outputs.append(k)
             group.copied_out = group.copied_out or k in copied_out
+            group.sticky = group.sticky or k in sticky_copied_out
             self.kinds.append(("owned", group, out))
 
     @staticmethod

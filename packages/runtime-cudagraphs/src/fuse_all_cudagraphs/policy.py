@@ -111,14 +111,18 @@ class AddressPlan:
 
     ``ptrs[i]`` is the address the graph reads for input ``i``: the caller's tensor at capture time for
     STATIC and BORROWED inputs, our own buffer for COPIED ones. A BORROWED input seen at another address:
-      * now in memory a captured graph owns (an output of another graph of the pool, e.g. the saved
-        tensors of a re-captured forward graph): it will stay there; re-capture to read it there;
-      * otherwise run plainly until the evidence is in: seen twice in a row at one new address, re-capture
-        to read it there; ``MOVES_BEFORE_COPY`` calls each at yet another address, re-capture with a buffer
-        it is copied into on every call. A few odd addresses are common and say nothing: the backward
-        graph's saved tensors move whenever the forward graph ran plainly for a call. Inputs that were in
-        graph-owned memory at capture get ``MOVES_BEFORE_COPY_OWNED`` such calls: their producer graph
-        replays again soon, and reading them in place beats copying them forever.
+      * now in memory a captured graph owns (an output of another graph, e.g. the saved tensors of a
+        re-captured forward graph): it will stay there; re-capture to read it there;
+      * it was in graph-owned memory at capture but is not now: its producer graph ran plainly for this
+        call (or handed out a copy). Run plainly until the evidence is in: seen twice in a row at one new
+        address, re-capture to read it there; ``MOVES_BEFORE_COPY_OWNED`` calls each at yet another
+        address, re-capture with a buffer it is copied into on every call. The producer replays again
+        soon, and reading its outputs in place beats copying them forever;
+      * a caller's tensor (not graph-owned at capture): callers that pass a fresh tensor on every call
+        (the next batch, the backward graph's incoming gradients) are the rule, so it is re-captured at
+        once with a buffer it is copied into on every call (one ``_foreach_copy_`` launch for all of them),
+        never run plainly. Inputs that cannot be copied into (expanded, overlapping) are read in place
+        where they settle instead, as above.
     """
 
     MOVES_BEFORE_COPY = 3
@@ -129,6 +133,7 @@ class AddressPlan:
         self.modes = tuple(modes)
         self.ptrs = list(ptrs)
         self.copyable = tuple(copyable)
+        self.owned_at_capture = owned_at_capture
         self.patience = [self.MOVES_BEFORE_COPY_OWNED if i in owned_at_capture else self.MOVES_BEFORE_COPY
                          for i in range(len(self.modes))]
         self.fixed = [i for i, m in enumerate(self.modes) if m in (InputMode.STATIC, InputMode.BORROWED)]
@@ -142,7 +147,7 @@ class AddressPlan:
 
     def classify(self, ptrs: Sequence[int | None], graph_owned: frozenset[int] = frozenset()) -> Verdict:
         """``graph_owned``: indices of inputs that now sit in memory a captured graph writes."""
-        static_moved, unsure, settled, moving = [], [], [], []
+        static_moved, unsure, settled, fresh, moving = [], [], [], [], []
         for i in self.fixed:
             if ptrs[i] == self.ptrs[i]:
                 self.pending.pop(i, None)
@@ -151,19 +156,26 @@ class AddressPlan:
                 static_moved.append(i)
                 continue
             last, moves = self.pending.get(i, (None, 0))
-            if ptrs[i] == last or i in graph_owned:
+            if i in graph_owned:
+                settled.append(i)
+            elif self.copyable[i] and i not in self.owned_at_capture:
+                fresh.append(i)
+            elif ptrs[i] == last:
                 settled.append(i)
             elif moves + 1 >= self.patience[i]:
                 (moving if self.copyable[i] else settled).append(i)
             else:
                 unsure.append(i)
             self.pending[i] = (ptrs[i], moves + 1)  # type: ignore[assignment]
-        if static_moved or settled or moving:
+        if static_moved or settled or fresh or moving:
             modes = list(self.modes)
-            for i in moving:
+            for i in fresh + moving:
                 modes[i] = InputMode.COPIED
             if static_moved:
                 reason = f"static input(s) {static_moved} moved to a new address; re-capturing to read them there"
+            elif fresh:
+                reason = (f"input(s) {fresh} moved since capture (a new tensor on each call); re-capturing with "
+                          "static buffers they are copied into")
             elif moving:
                 reason = (f"input(s) {moving} move on every call; re-capturing with static buffers they are "
                           "copied into")
@@ -183,6 +195,7 @@ class LiveGroup:
     graph_name: str
     outputs: tuple[int, ...]
     was_copied_out: bool  # already marked for copy-out: the live reference is an older one
+    consumed: bool = False  # an input of this very call (the backward graph reading the saved tensors)
 
 
 def resolve_live_outputs(graph_name: str, own: Sequence[LiveGroup], later: Sequence[LiveGroup],
@@ -191,13 +204,21 @@ def resolve_live_outputs(graph_name: str, own: Sequence[LiveGroup], later: Seque
 
     ``own``: this graph's outputs from its last replay. ``later``: outputs of graphs captured after it
     into the same pool; its temporaries may have been handed to them, so its replay can clobber them.
-    With "copy" the caller gets a correct result either way: a transient hold of our own outputs (the
-    usual ``y = f(x)`` loop still holds the previous ``y`` during the call) costs one plain run; a hold that
-    persists, or one on a later graph's memory, retires this graph and captures a new one, which cannot be
-    placed over memory that is alive. The held outputs are copied out on every later hand-out.
+    With "copy" the graph is retired and re-captured: the caller keeps the memory it holds, and the new
+    graph cannot be placed over memory that is alive. The held outputs are copied out on every later
+    hand-out (the wrapper marks them), so a loop that keeps results across calls (``loss = f(x)`` holds the
+    previous loss during the call; ``.grad`` kept across the next forward) settles after one re-capture
+    and never runs plainly.
     """
     if not own and not later:
         return Verdict(Action.REPLAY)
+    if not own and all(group.consumed for group in later):
+        # Nobody holds them but this call, which reads them: e.g. the forward graph was re-captured after
+        # the backward graph, and the saved tensors it wrote may lie in the backward graph's temporaries.
+        return Verdict(Action.RECAPTURE, f"inputs of this call are outputs of '{later[0].graph_name}', captured "
+                                         f"later into the same pool; re-capturing '{graph_name}' so that its "
+                                         "temporaries cannot lie under them")
+    later = [group for group in later if not group.consumed]
     first = (own or later)[0]
     where = f"output(s) {list(first.outputs)} of '{first.graph_name}'"
     if on_live_output == "error":
@@ -205,14 +226,15 @@ def resolve_live_outputs(graph_name: str, own: Sequence[LiveGroup], later: Seque
             f"{where} from an earlier call are still referenced, and replaying '{graph_name}' would "
             "overwrite them. Drop them (del out) or clone them (out = out.clone()) before the next call, or "
             "wrap with on_live_output='copy' to let the wrapper copy such outputs out."))
-    if later:
+    if not own:
         return Verdict(Action.RECAPTURE, f"{where} (captured later into the same pool) are still referenced; "
-                                         f"re-capturing '{graph_name}' so its replay cannot overwrite them")
+                                         f"re-capturing '{graph_name}' so its replay cannot overwrite them; "
+                                         f"'{first.graph_name}' copies them out from now on")
     if any(group.was_copied_out for group in own):
         return Verdict(Action.RECAPTURE, f"{where} are still referenced long after they were handed out; "
                                          "re-capturing so the graph no longer writes into them")
-    return Verdict(Action.PLAIN, f"{where} from the previous call are still referenced; running plainly once "
-                                 "and copying those outputs out from now on")
+    return Verdict(Action.RECAPTURE, f"{where} from an earlier call are still referenced; re-capturing so the "
+                                     "graph no longer writes into them; they are copied out from now on")
 
 
 @dataclass(frozen=True)
@@ -254,6 +276,7 @@ class SignatureState:
     plain_reason: str | None = None
     recaptures: int = 0
     copied_out: set[int] = field(default_factory=set)  # output indices cloned on every hand-out
+    sticky_copied_out: set[int] = field(default_factory=set)  # ... and never handed out as aliases again
 
 
 class SignatureTable:

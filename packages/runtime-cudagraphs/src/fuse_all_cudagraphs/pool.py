@@ -10,6 +10,7 @@ tracked while the caller holds them: the memory is still inside the pool.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from .outputs import OutputPlan, OwnedGroup
@@ -33,10 +34,13 @@ class GraphPool:
     """
 
     _by_handle: dict[Any, GraphPool] = {}
+    _every_pool: weakref.WeakSet[GraphPool] = weakref.WeakSet()
 
     def __init__(self, handle: Any = None):
         self._handle = handle
         self._records: list[_Record] = []
+        self._members: weakref.WeakSet[Any] = weakref.WeakSet()  # the GraphedCallables capturing into it
+        GraphPool._every_pool.add(self)
 
     @classmethod
     def of(cls, pool: GraphPool | Any | None) -> GraphPool:
@@ -57,9 +61,24 @@ class GraphPool:
             self._handle = compat.graph_pool_handle()
         return self._handle
 
+    def join(self, member: Any) -> None:
+        """``member`` (a GraphedCallable) captures into this pool; ``reset`` retires its graphs."""
+        self._members.add(member)
+
+    def reset(self) -> None:
+        """Retire every graph captured into this pool and forget the handle: once the caller drops the
+        outputs it still holds, the allocator frees the pool's memory. Members capture afresh on their
+        next calls, into a new pool."""
+        for member in list(self._members):
+            member.reset()
+        for record in list(self._records):
+            self.retire(record)
+        self._handle = None
+
     def register(self, name: str, outputs: OutputPlan) -> _Record:
         """A graph was just captured into this pool: it is the newest."""
         record = _Record(name, outputs)
+        self._prune()  # retired graphs whose outputs the caller has dropped since
         self._records.append(record)
         return record
 
@@ -85,8 +104,14 @@ class GraphPool:
         return own, later
 
     def owned_storages(self) -> set[int]:
-        """Base addresses of the storages that active graphs write their outputs into."""
+        """Base addresses of the storages that active graphs of this pool write their outputs into."""
         return {group.storage_ptr for r in self._records if r.active for group in r.outputs.groups}
+
+    @classmethod
+    def owned_anywhere(cls) -> set[int]:
+        """Base addresses of the storages that active graphs of any pool write their outputs into: an
+        input found there stays there (its producer replays into it), whichever pool it belongs to."""
+        return set().union(*(pool.owned_storages() for pool in list(cls._every_pool)))
 
     def graph_names(self) -> list[str]:
         """Names of the graphs in capture order (retired ones still holding live outputs included)."""

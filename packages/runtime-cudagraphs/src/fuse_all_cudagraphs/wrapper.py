@@ -64,6 +64,7 @@ class GraphedCallable:
         self._fn = fn
         self.name = name
         self.pool = GraphPool.of(pool)
+        self.pool.join(self)
         self.stats = dict.fromkeys(("calls", "plain_calls", "warmups", "captures", "replays", "input_copies"), 0)
         self._engine = engine if engine is not None else CudaGraphEngine()
         self._log = DecisionLog(name, on_fallback)
@@ -184,7 +185,7 @@ class GraphedCallable:
         try:
             handle, outputs = self._engine.capture(self._fn, capture_inputs, self.pool, _device_index(inputs))
             self._note_mutations(before, capture_inputs)
-            output_plan = OutputPlan(outputs, capture_inputs, state.copied_out)
+            output_plan = OutputPlan(outputs, capture_inputs, state.copied_out, state.sticky_copied_out)
         except (CaptureError, UnsupportedOutputs) as exc:
             state.plain_reason = f"capture failed: {exc}; this input signature runs plainly from now on"
             self._log.record("fallback", state.plain_reason)
@@ -212,6 +213,11 @@ class GraphedCallable:
     def _recapture(self, state: SignatureState, inputs: list[Any], modes: Sequence[InputMode | None],
                    reason: str) -> Any:
         allowed = self._table.may_recapture(state)
+        if state.graph is not None:
+            # Results of the retiring graph that the caller still holds (the previous loss during
+            # `loss = f(x)`) are kept across calls: the new graph hands such outputs out as copies.
+            for group in state.graph.outputs.live_groups():
+                group.mark_copied_out()
         self._retire(state)
         if not allowed:
             self._log.record("fallback", str(state.plain_reason))
@@ -220,17 +226,20 @@ class GraphedCallable:
 
     def _resolve_live_outputs(self, state: SignatureState, graph: CapturedGraph, inputs: list[Any],
                               own: list[OwnedGroup], later: list[tuple[str, OwnedGroup]]) -> Any:
+        read_now = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+        consumed = [group.storage_ptr in read_now for _, group in later]
         verdict = resolve_live_outputs(
             graph.name, [LiveGroup(graph.name, tuple(g.outputs), g.copied_out) for g in own],
-            [LiveGroup(name, tuple(g.outputs), g.copied_out) for name, g in later], self._on_live_output)
+            [LiveGroup(name, tuple(g.outputs), g.copied_out, used) for (name, g), used in zip(later, consumed)],
+            self._on_live_output)
         if verdict.action is Action.ERROR:
             raise LiveOutputError(verdict.reason)
-        for group in [*own, *(group for _, group in later)]:
+        for group in own:
             group.mark_copied_out()
-        if verdict.action is Action.RECAPTURE:
-            return self._recapture(state, inputs, graph.addresses.modes, verdict.reason)
-        self._log.record("fallback", verdict.reason)
-        return self._run_plain(inputs)
+        for (_, group), used in zip(later, consumed):
+            if not used:  # held across calls by the caller (.grad kept across the next forward): copies
+                group.mark_copied_out(sticky=True)
+        return self._recapture(state, inputs, graph.addresses.modes, verdict.reason)
 
     # ------------------------------------------------------------------ helpers
     def _retire(self, state: SignatureState) -> None:
@@ -239,7 +248,7 @@ class GraphedCallable:
             state.graph = None
 
     def _graph_owned(self, inputs: Sequence[Any], indices: Sequence[int]) -> frozenset[int]:
-        owned = self.pool.owned_storages()
+        owned = GraphPool.owned_anywhere()
         return frozenset(i for i in indices if inputs[i].untyped_storage().data_ptr() in owned)
 
     def _note_mutations(self, before: Sequence[int | None], inputs: Sequence[Any]) -> None:
