@@ -30,7 +30,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("cpu", "cuda"), required=True)
-    p.add_argument("--workloads", help="comma-separated names (default: the device's set); see workloads.py")
+    p.add_argument("--workloads", help="comma-separated names or sets (cpu, cpu_models, cpu_micro, cuda; "
+                                       "default: the device's set); see workloads.py")
     p.add_argument("--backends", help="comma-separated subset of eager,aot_eager,inductor,inductor_ro,"
                                       "cudagraphs,fuse_all,fuse_all_ro (default: all for the device)")
     p.add_argument("--quick", action="store_true", help="shorter timing loops (numbers are noisier)")
@@ -69,12 +70,12 @@ def main(argv=None) -> int:
 
     import measure
     import report
-    from workloads import WORKLOADS, default_set
+    from workloads import WORKLOADS, default_set, expand
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: torch.cuda.is_available() is False", file=sys.stderr)
         return 2
-    names = args.workloads.split(",") if args.workloads else default_set(args.device)
+    names = expand(args.workloads.split(",")) if args.workloads else default_set(args.device)
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         print(f"unknown workloads {unknown}; known: {', '.join(WORKLOADS)}", file=sys.stderr)

@@ -73,6 +73,30 @@ def add_layernorm_gelu(device: str, rows: int, hidden: int) -> Instance:
     return _inference(lambda x, y: F.gelu(ln(x + y)), (x, y), min_bytes=4 * (3 * rows * hidden + 2 * hidden))
 
 
+def gelu_tanh(device: str, rows: int, cols: int) -> Instance:
+    x = torch.randn(rows, cols, device=device)
+    return _inference(lambda x: F.gelu(x, approximate="tanh"), (x,), min_bytes=2 * 4 * rows * cols)
+
+
+def layernorm(device: str, rows: int, hidden: int) -> Instance:
+    ln = torch.nn.LayerNorm(hidden, device=device)
+    x = torch.randn(rows, hidden, device=device)
+    return _inference(lambda x: ln(x), (x,), min_bytes=4 * (2 * rows * hidden + 2 * hidden))
+
+
+def causal_attention(device: str, batch: int, heads: int, seq: int, head_dim: int) -> Instance:
+    """The body of a decoder's attention written out as GPT-2 does (scores, causal mask with the dtype's
+    minimum, softmax, weighted sum): two matmuls and the fused scale/mask/softmax between them."""
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, device=device) for _ in range(3))
+    causal = torch.tril(torch.ones(seq, seq, dtype=torch.bool, device=device))
+
+    def attention(q, k, v):
+        scores = q @ k.transpose(-1, -2) / head_dim ** 0.5
+        scores = torch.where(causal, scores, torch.finfo(scores.dtype).min)
+        return torch.softmax(scores, dim=-1) @ v
+    return _inference(attention, (q, k, v), tol=1e-4)
+
+
 # ------------------------------------------------------------------------------------------------- models
 # Deep nets with random weights: float32 rounding differs wherever a compiler reorders a reduction or fuses
 # (e.g. batch norm folded into one multiply-add), and the differences grow through ~50-100 layers. 1e-3 of
@@ -109,6 +133,45 @@ def bert(device: str, batch: int, seq: int) -> Instance:
     def forward(ids, mask, types):
         return model(input_ids=ids, attention_mask=mask, token_type_ids=types)
     return _inference(forward, inputs, tol=MODEL_TOL)
+
+
+def resnet50_channels_last(device: str, batch: int, size: int) -> Instance:
+    import torchvision
+    model = torchvision.models.resnet50(weights=None).eval().to(device, memory_format=torch.channels_last)
+    x = torch.randn(batch, 3, size, size, device=device).to(memory_format=torch.channels_last)
+    return _inference(model, (x,), tol=MODEL_TOL)
+
+
+def mobilenet_v2(device: str, batch: int, size: int) -> Instance:
+    """Inverted residuals: 1x1 expand, 3x3 depthwise, 1x1 project, ReLU6, BatchNorm (folded in eval)."""
+    import torchvision
+    model = torchvision.models.mobilenet_v2(weights=None).eval().to(device)
+    return _inference(model, (torch.randn(batch, 3, size, size, device=device),), tol=MODEL_TOL)
+
+
+def mobilenet_v3_small(device: str, batch: int, size: int) -> Instance:
+    """Depthwise convolutions with squeeze-and-excitation (a mean, two 1x1s, hardsigmoid) and hardswish."""
+    import torchvision
+    model = torchvision.models.mobilenet_v3_small(weights=None).eval().to(device)
+    return _inference(model, (torch.randn(batch, 3, size, size, device=device),), tol=MODEL_TOL)
+
+
+def gpt2(device: str, batch: int, seq: int) -> Instance:
+    """Decoder-only (GPT-2 small config, random weights): causal mask, tanh GELU (`gelu_new`), pre-LN."""
+    from transformers import GPT2Config, GPT2Model
+    model = GPT2Model(GPT2Config()).to(device).eval()
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
+
+    def forward(ids):
+        return model(input_ids=ids, use_cache=False).last_hidden_state
+    return _inference(forward, (ids,), tol=MODEL_TOL)
+
+
+def vit_tiny(device: str, batch: int, size: int) -> Instance:
+    """An encoder on image patches (timm's ViT-Tiny/16, random weights): erf GELU, LayerNorm, attention."""
+    import timm
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=size).eval().to(device)
+    return _inference(model, (torch.randn(batch, 3, size, size, device=device),), tol=MODEL_TOL)
 
 
 def train_resnet50(device: str, batch: int, size: int) -> Instance:
@@ -168,7 +231,15 @@ WORKLOADS: dict[str, Callable[[str], Instance]] = {
     "softmax_4096x4096": P(softmax, rows=4096, cols=4096),
     "softmax_16384x4096": P(softmax, rows=16384, cols=4096),
     "add_layernorm_gelu_4096x768": P(add_layernorm_gelu, rows=4096, hidden=768),
+    "gelu_tanh_4096x3072": P(gelu_tanh, rows=4096, cols=3072),
+    "layernorm_4096x768": P(layernorm, rows=4096, hidden=768),
+    "causal_attention_1x12x256x64": P(causal_attention, batch=1, heads=12, seq=256, head_dim=64),
     "resnet50_1x3x64x64": P(resnet50, batch=1, channels=3, height=64, width=64),
+    "resnet50_cl_1x3x64x64": P(resnet50_channels_last, batch=1, size=64),
+    "mobilenet_v2_1x3x128x128": P(mobilenet_v2, batch=1, size=128),
+    "mobilenet_v3_small_1x3x128x128": P(mobilenet_v3_small, batch=1, size=128),
+    "gpt2_1x64": P(gpt2, batch=1, seq=64),
+    "vit_tiny_1x3x224x224": P(vit_tiny, batch=1, size=224),
     "resnet50_1x3x224x224": P(resnet50, batch=1, channels=3, height=224, width=224),
     "resnet50_64x3x224x224": P(resnet50, batch=64, channels=3, height=224, width=224),
     "bert_1x12": P(bert, batch=1, seq=12),
@@ -183,6 +254,11 @@ WORKLOADS: dict[str, Callable[[str], Instance]] = {
 # issue 3 (CPU) and issues 4/5 (CUDA)
 CPU_SET = ["pw_cos_sin_1e4", "pw_cos_sin_1e7", "softmax_4096x4096", "add_layernorm_gelu_4096x768",
            "resnet50_1x3x64x64", "bert_1x12"]
+# issue 17: the wider CPU set (transformer families and conv nets; config-built, no downloads)
+CPU_MODEL_SET = ["bert_1x12", "gpt2_1x64", "vit_tiny_1x3x224x224", "resnet50_1x3x64x64", "resnet50_cl_1x3x64x64",
+                 "mobilenet_v2_1x3x128x128", "mobilenet_v3_small_1x3x128x128"]
+CPU_MICRO_SET = ["pw_cos_sin_1e4", "softmax_16384x4096", "gelu_tanh_4096x3072", "layernorm_4096x768",
+                 "add_layernorm_gelu_4096x768", "causal_attention_1x12x256x64"]
 CUDA_SET = ["pw_cos_sin_1e4", "pw_cos_sin_2e28", "softmax_16384x4096", "add_layernorm_gelu_4096x768",
             "resnet50_1x3x64x64", "resnet50_1x3x224x224", "resnet50_64x3x224x224", "bert_1x12", "bert_32x128",
             "resnext101_64x3x7x7", "resnext101_32x3x224x224", "train_resnet50_32x224", "train_bert_8x128"]
@@ -193,6 +269,14 @@ def build(name: str, device: str, seed: int = 0) -> Instance:
         raise KeyError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
     torch.manual_seed(seed)
     return WORKLOADS[name](device)
+
+
+NAMED_SETS = {"cpu": CPU_SET, "cpu_models": CPU_MODEL_SET, "cpu_micro": CPU_MICRO_SET, "cuda": CUDA_SET}
+
+
+def expand(names: list[str]) -> list[str]:
+    """Workload names, with a set's name (`cpu_models`, ...) standing for its workloads."""
+    return [w for n in names for w in NAMED_SETS.get(n, [n])]
 
 
 def default_set(device: str) -> list[str]:

@@ -69,7 +69,23 @@ def find_compiler() -> list[str]:
 
 
 def compile_flags() -> list[str]:
-    return list(BASE_FLAGS) + shlex.split(os.environ.get("FUSE_ALL_CXXFLAGS", ""))
+    return list(BASE_FLAGS) + vector_width_flags() + shlex.split(os.environ.get("FUSE_ALL_CXXFLAGS", ""))
+
+
+def vector_width_flags() -> list[str]:
+    """512-bit vectors where the CPU has AVX-512, as ATen's and Inductor's kernels use there. GCC and
+    Clang default to 256 bits even with `-march=native` (a guard against the clock drop of early AVX-512
+    Intel parts); at 512 the libmvec math and our inline expf do twice the work per instruction (AMD EPYC,
+    1 thread, 4096 floats in L1: tanhf 0.48 -> 0.17 ns, expf 0.49 -> 0.25 ns per element)."""
+    return ["-mprefer-vector-width=512"] if "avx512f" in _cpu_flags() else []
+
+
+@functools.lru_cache(None)
+def _cpu_flags() -> frozenset[str]:
+    for line in _cpu_identity().splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
 
 
 def link_flags() -> list[str]:

@@ -126,14 +126,16 @@ template <class T> static inline T fa_fmod_int(T a, T b) {
 // ---- expf, inline and branch-free ----------------------------------------------------------------------
 // libmvec's vector expf leaves its fast path for any lane beyond ~±87 (masked attention scores of -inf or
 // -1e4, softmax tails): 5-12 ns per element there instead of 0.3. This one stays vectorised for every
-// input, at 0.35 ns: exp(x) = 2^k e^r with a Cody-Waite reduction and Cephes' minimax polynomial
-// (<= 0.7 ulp against float64), and 2^k applied in two halves so subnormal results come out right.
+// input: exp(x) = 2^k e^r with a Cody-Waite reduction and Cephes' minimax polynomial (<= 1 ulp against
+// float64 over all floats), and 2^k applied in two halves so subnormal results come out right.
+// k = round(x / ln2) comes from the 1.5 * 2^23 trick (its integer read from the bits): no float -> int
+// conversion (undefined for NaN and huge x) and no clamping of x; out-of-range lanes are selected at the
+// end. AMD EPYC, 512-bit vectors, 4096 floats in L1: 0.16 ns per element (0.25 with the clamps it replaces;
+// SLEEF's expf_u10, Inductor's, 0.15); with -inf lanes (causal masks) the same.
 static inline float fa_expf(float x) {
-  // past 88.72 the result is inf; below -104 it is 0, selected at the end: computing it would run through
-  // subnormal multiplies, which are slow (a causal mask's -inf halves softmax speed otherwise)
-  const float xc = x > 88.8f ? 88.8f : (x < -104.0f ? 0.0f : x);
-  const float k = __builtin_rintf(xc * 1.44269504088896341f);
-  const float r = (xc - k * 0.693359375f) - k * -2.12194440e-4f;
+  const float t = x * 1.44269504088896341f + 12582912.0f;
+  const float k = t - 12582912.0f;
+  const float r = (x - k * 0.693359375f) - k * -2.12194440e-4f;
   float p = 1.9875691500E-4f;
   p = p * r + 1.3981999507E-3f;
   p = p * r + 8.3334519073E-3f;
@@ -141,9 +143,12 @@ static inline float fa_expf(float x) {
   p = p * r + 1.6666665459E-1f;
   p = p * r + 5.0000001201E-1f;
   p = p * (r * r) + r + 1.0f;
-  const int32_t ki = (int32_t)k, k1 = ki >> 1, k2 = ki - k1;
+  int32_t ki = (int32_t)(fa_f_bits(t) - 0x4B400000u);
+  // lanes past the range are replaced below; k = 0 keeps their scaling out of slow subnormal multiplies
+  ki = ki < -150 ? 0 : (ki > 128 ? 128 : ki);
+  const int32_t k1 = ki >> 1, k2 = ki - k1;
   const float y = p * fa_bits_f((uint32_t)(k1 + 127) << 23) * fa_bits_f((uint32_t)(k2 + 127) << 23);
-  return x != x ? x : (x < -104.0f ? 0.0f : y);
+  return x < -104.0f ? 0.0f : (x > 88.8f ? __builtin_inff() : y);   // NaN: r, p and y are NaN
 }
 
 // libm by type, so the float/double helpers below are one template each
