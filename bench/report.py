@@ -196,4 +196,11 @@ def summary(meta: dict, rows: list[dict], markdown: bool) -> str:
              ("**Compile time** (first call; overhead = first call − aot_eager's first call)" if markdown
               else "Compile time (first call; overhead = first call - aot_eager's first call)"),
              "", render(*compile_table(rows, device), markdown)]
+    import compile_columns
+    for title, table in (("fuse_all first call by phase, s (compile_columns.py)", compile_columns.phase_table),
+                         ("First call in new processes, s (cold: empty caches; warm: caches kept)",
+                          compile_columns.process_table)):
+        head, body = table(rows)
+        if body:
+            parts += ["", f"**{title}**" if markdown else title, "", render(head, body, markdown)]
     return "\n".join(parts)

@@ -66,7 +66,8 @@ def fuse_all(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, 
                                    decompositions=_decompositions(), name="fuse_all")
     with progress.Progress("tracing", opts.progress) as bar:
         bar.set_phase("AOTAutograd tracing")
-        return backend(gm, example_inputs)
+        with ir.compile_timing.phase("aot_trace"):   # minus the graph compiles it runs (exclusive phases)
+            return backend(gm, example_inputs)
 
 
 fuse_all.reset = reset   # torch.compiler.reset() calls reset() on every backend it cached
@@ -105,8 +106,9 @@ def compile_graph(graph, opts: Options, mode=None):
     record.compile_time_s = time.perf_counter() - start
     _COMPILED.append(record)
     del _COMPILED[:-_MAX_KEPT]
-    emit.finish(outputs, record, force_debug=opts.debug)   # never raises
-    provenance.write_compiled(graph, record, mode)  # never raises: the editor's record can't break a compile
+    with ir.compile_timing.phase("records"):
+        emit.finish(outputs, record, force_debug=opts.debug)   # never raises
+        provenance.write_compiled(graph, record, mode)  # never raises: the editor's record can't break a compile
     return call
 
 
@@ -120,7 +122,7 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     target = _target_for(program.device, opts)
     record.kernels = list(program.kernels.values())
     bar.set_phase("rendering kernels", total_kernels=len(record.kernels))
-    with outputs.timed("render"):
+    with outputs.timed("render"), ir.compile_timing.phase("render"):
         source = ir.render_host_program(program, target)
         record.kernel_sources = {}
         for kernel in record.kernels:
@@ -134,7 +136,7 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     record.report = program.report
     _warn_lowered_ops_in_aten(graph.graph_id, record.externs)
     bar.set_phase(f"compiling {len(record.kernels)} kernels")
-    with outputs.timed("compile_kernels"):
+    with outputs.timed("compile_kernels"), ir.compile_timing.phase("host_load"):
         module = ir.load_host_program(source)   # the private cache folder `host`
     record.output_code = module.__fuse_all_path__
     call = module.call

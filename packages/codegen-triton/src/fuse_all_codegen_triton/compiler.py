@@ -17,6 +17,8 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
+from fuse_all_ir import compile_timing
+
 from . import _triton_compat as compat
 
 _POOL: ThreadPoolExecutor | None = None
@@ -83,13 +85,34 @@ def compile_only(fn, spec: dict, key: VariantKey, device_index: int | None = Non
 
 
 def compile_variant(fn, spec: dict, key: VariantKey, device_index: int) -> Compiled:
-    kernel = compile_only(fn, spec, key, device_index)
-    runner, function, metadata = compat.load_compiled(kernel, device_index)
+    with compile_timing.phase("triton_compile_bg"):
+        kernel = compile_only(fn, spec, key, device_index)
+        runner, function, metadata = compat.load_compiled(kernel, device_index)
     return Compiled(kernel, runner, function, metadata)
 
 
-def submit(fn, spec: dict, key: VariantKey, device_index: int) -> Future:
-    return compile_pool().submit(compile_variant, fn, spec, key, device_index)
+def submit(fn, spec: dict, key: VariantKey, device_index: int) -> TimedFuture:
+    return TimedFuture(compile_pool().submit(compile_variant, fn, spec, key, device_index))
+
+
+class TimedFuture:
+    """A compile's Future whose `result()` counts the caller's wait as the `triton_compile_wait` phase."""
+    __slots__ = ("future",)
+
+    def __init__(self, future: Future):
+        self.future = future
+
+    def result(self, timeout: float | None = None):
+        if self.future.done():
+            return self.future.result()
+        with compile_timing.phase("triton_compile_wait"):
+            return self.future.result(timeout)
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def exception(self, timeout: float | None = None):
+        return self.future.exception(timeout)
 
 
 def wait_all(futures) -> list:

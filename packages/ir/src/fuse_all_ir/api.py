@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from . import lowerings_pointwise, lowerings_reduce, lowerings_view  # noqa: F401  (register lowerings)
+from .compile_timing import phase
 from .lowering import LOWERINGS, GraphLowering
 from .nodes import LoweredGraph
 from .program import Program
@@ -23,10 +24,12 @@ def lower(gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", dev
           validate: bool | None = None) -> Compiled:
     """`validate`: check the Program against its contract (`validate.py`), raising `InvalidProgram`;
     None means "when FUSE_ALL_VALIDATE=1"."""
-    lowered = GraphLowering(gm, example_inputs, graph_id, device).run()
-    program = schedule(lowered)
-    if validate or (validate is None and validation_requested()):
-        validate_program(program)
+    with phase("lowering"):
+        lowered = GraphLowering(gm, example_inputs, graph_id, device).run()
+    with phase("fusion_schedule"):
+        program = schedule(lowered)
+        if validate or (validate is None and validation_requested()):
+            validate_program(program)
     return Compiled(lowered, program)
 
 
