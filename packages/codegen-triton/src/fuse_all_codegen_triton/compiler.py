@@ -92,7 +92,19 @@ def compile_variant(fn, spec: dict, key: VariantKey, device_index: int) -> Compi
 
 
 def submit(fn, spec: dict, key: VariantKey, device_index: int) -> TimedFuture:
-    return TimedFuture(compile_pool().submit(compile_variant, fn, spec, key, device_index))
+    """Compile a variant in the background. Kernels that share a JIT function (the same code,
+    `fuse_all_ir.kernel_sharing`) share its compiles: the future is kept on the function."""
+    config = spec["configs"][key.config]
+    identity = (key.int64, key.aligned, key.div16, device_index, tuple(sorted(config.items())),
+                tuple(spec["pointers"]), spec["size_type"], len(spec["sizes"]))
+    with _POOL_LOCK:
+        shared = fn.__dict__.setdefault("_fuse_all_compiles", {})
+        future = shared.get(identity)
+    if future is None:
+        future = TimedFuture(compile_pool().submit(compile_variant, fn, spec, key, device_index))
+        with _POOL_LOCK:
+            future = shared.setdefault(identity, future)
+    return future
 
 
 class TimedFuture:
