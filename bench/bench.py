@@ -11,7 +11,8 @@
 Per workload and backend: cold compile time (first call; Inductor with TORCHINDUCTOR_FORCE_DISABLE_CACHES=1,
 fuse_all with fresh FUSE_ALL_CACHE_DIR and TRITON_CACHE_DIR; Dynamo reset between backends), steady-state
 median, GB/s for memory-bound workloads, a correctness check against eager, aot_eager's first call (the
-capture floor) and fuse_all's warm compile (first call in a new process, caches kept). Runs unattended:
+capture floor), fuse_all's first call split into phases, and cold and warm first calls of aot_eager, Inductor
+and fuse_all in new processes (cold: fresh empty cache folders; warm: a second process on them). Runs unattended:
 a failing backend prints `FAILED: <one line>` and the run goes on; --json is rewritten after each workload
 so a run cut short still leaves its rows. Works from a bare checkout (no pip install): the repository's
 source folders go on sys.path and the backend is registered by hand when its entry point is missing.
@@ -39,7 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--markdown", action="store_true", help="print the summary as markdown for bench/RESULTS.md")
     p.add_argument("--skip-inductor-compile-time", action="store_true",
                    help="keep Inductor's caches on and take its cold compile times from bench/anchors-h200.md")
-    p.add_argument("--no-warm", action="store_true", help="skip fuse_all's warm compile (one subprocess each)")
+    p.add_argument("--no-warm", action="store_true",
+                   help="skip the cold and warm first calls in new processes (two per backend: aot_eager, "
+                        "inductor, fuse_all; see compile_columns.py)")
     p.add_argument("--no-prime", action="store_true",
                    help="do not compile a tiny function per backend first (then the first workload's compile "
                         "times include importing each compiler)")
@@ -51,7 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "leave room for the longest workload under the command's time limit")
     p.add_argument("--backend-timeout", type=float, default=300.0,
                    help="seconds one backend may take on one workload (compile + timing), default 300")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)   # warm compile subprocess
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)   # a new-process first call
+    p.add_argument("--child-backend", default="fuse_all", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -68,6 +72,7 @@ def main(argv=None) -> int:
     add_repo_paths()
     import torch
 
+    import compile_columns
     import measure
     import report
     from workloads import WORKLOADS, default_set, expand
@@ -81,7 +86,9 @@ def main(argv=None) -> int:
         print(f"unknown workloads {unknown}; known: {', '.join(WORKLOADS)}", file=sys.stderr)
         return 2
     if args.child:
-        measure.child_main(names[0], args.device, prime=not args.no_prime)
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        compile_columns.child_main(names[0], args.device, args.child_backend, prime=not args.no_prime)
         return 0
 
     backends = measure.backends_for(args.device, args.backends.split(",") if args.backends else None)

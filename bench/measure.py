@@ -1,19 +1,18 @@
 """Run one workload on every backend, side by side in this process: first call (compile) time, steady-state
-median, GB/s, correctness against eager, and fuse_all's warm compile time in a fresh subprocess."""
+median, GB/s, correctness against eager, the first call's phases, and cold and warm first calls in new
+processes (compile_columns.py)."""
 from __future__ import annotations
 
 import gc
-import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 
 import torch
 
+import compile_columns
 from compare import compare, snapshot
 from env import one_line
 from launches import count_launches
@@ -140,7 +139,9 @@ def measure_backend(b: Backend, inst: Instance, ref, device: str, name: str, arg
             compiled = torch.compile(inst.target, backend=b.backend, mode=b.mode)
             inst.reset()
             step = _iteration(inst, compiled, b.cudagraph_trees)
+            compile_columns.start_first_call()
             cell["first_s"], out = first_call(step, device)
+            cell["phases"] = compile_columns.first_call_phases(cell["first_s"], b.fuse_all)
             if b.fuse_all:
                 cell["fuse_all"] = fuse_all_summary()
             ok, cell["check"] = compare(snapshot(out), ref, inst.tol, inst.loss_only)
@@ -186,42 +187,6 @@ def measure_eager(inst: Instance, device: str, args) -> tuple[dict, list | None]
     return cell, ref
 
 
-def warm_compile(name: str, device: str, env: dict[str, str], args) -> dict:
-    """fuse_all's first call in a new process whose cache folders are those the cold run filled."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench.py")
-    cmd = [sys.executable, script, "--child", "--device", device, "--workloads", name]
-    if args.no_prime:
-        cmd.append("--no-prime")
-    try:
-        proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True,
-                              timeout=args.backend_timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"warm child took longer than {args.backend_timeout} s"}
-    for line in proc.stdout.splitlines():
-        if line.startswith(CHILD_TAG):
-            return json.loads(line[len(CHILD_TAG):])
-    tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-    return {"error": f"warm child exited {proc.returncode}: {tail[:160]}"}
-
-
-def child_main(name: str, device: str, prime: bool) -> None:
-    """`bench.py --child`: compile `name` with fuse_all once and print its first call time as JSON."""
-    from env import register_fuse_all
-    problem = register_fuse_all()
-    if problem:
-        print(CHILD_TAG + json.dumps({"error": problem}), flush=True)
-        return
-    if prime:
-        prime_backends(device, ["fuse_all"])
-    inst = build(name, device)
-    trace_warmup(inst, device)          # as in the parent, so cold and warm differ only in the caches
-    import fuse_all
-    fuse_all.reset()
-    compiled = torch.compile(inst.target, backend="fuse_all")
-    seconds, _ = first_call(lambda: inst.step(compiled), device)
-    print(CHILD_TAG + json.dumps({"first_s": seconds, "fuse_all": fuse_all_summary()}), flush=True)
-
-
 def trace_warmup(inst: Instance, device: str) -> float | None:
     """Trace the workload once with aot_eager and throw the result away. A process's first trace of a model
     fills caches that survive `torch._dynamo.reset()` (source and bytecode analysis, fake-tensor dispatch),
@@ -236,14 +201,14 @@ def trace_warmup(inst: Instance, device: str) -> float | None:
     return seconds
 
 
-def prime_backends(device: str, backends: list[str]) -> dict:
+def prime_backends(device: str, backends: list[str], keep_caches: bool = False) -> dict:
     """Compile a tiny unrelated function once per backend, so each workload's compile time is its own and
     not the one-off cost of importing a compiler stack (which a process pays once, on its first compile).
     Returns the seconds each priming took (shown in the header: that is the first-compile import cost)."""
     x = torch.randn(64, device=device)
     spent = {}
     for backend in backends:
-        env = fresh_cache_env("prime") if backend == "fuse_all" else {}
+        env = fresh_cache_env("prime") if backend == "fuse_all" and not keep_caches else {}
         start = time.perf_counter()
         try:
             with _Env(env):
@@ -288,11 +253,13 @@ def run_workload(name: str, device: str, backends: list[Backend], args, fuse_all
         _print_cell(b.key, cell)
     cold = row["cells"].get("fuse_all", {})
     env = cold.pop("cache_env", None)
-    if env and not args.no_warm:
-        row["fuse_all_warm"] = warm_compile(name, device, env, args)
-        _print_cell("fuse_all warm", row["fuse_all_warm"])
     if env:
         shutil.rmtree(env["FUSE_ALL_CACHE_DIR"], ignore_errors=True)
+    if not args.no_warm:    # cold and warm first calls in new processes (compile_columns.py)
+        wanted = [b for b in compile_columns.PROCESS_BACKENDS if b in {x.backend for x in backends}]
+        row["processes"] = compile_columns.cold_and_warm(name, device, args, wanted)
+        if "fuse_all" in row["processes"]:
+            row["fuse_all_warm"] = row["processes"]["fuse_all"]["warm"]
     row["elapsed_s"] = time.perf_counter() - start
     print(f"   ({row['elapsed_s']:.0f} s)", flush=True)
     del inst
@@ -315,6 +282,8 @@ def _print_cell(key: str, cell: dict) -> None:
         n = cell["launches"]
         parts.append(f"[per step: {n['kernels'] if n['kernels'] is not None else '?'} device kernels, "
                      f"{n['aten']} ATen calls]")
+    if "phases" in cell and "fuse_all" in cell:
+        parts.append("phases: " + compile_columns.phases_text(cell["phases"]))
     if "fuse_all" in cell:
         s = cell["fuse_all"]
         parts.append(f"[{s['graphs']} graphs {'/'.join(s['kinds'])}, {s['kernels']} kernels, {s['externs']} "

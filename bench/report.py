@@ -240,4 +240,11 @@ def summary(meta: dict, rows: list[dict], markdown: bool) -> str:
         parts += ["", ("**Launches per step** (torch.profiler; host µs/kernel = (default − reduce-overhead) / "
                        "kernels)" if markdown else "Launches per step (host us/kernel = (default - RO) / kernels)"),
                   "", render(*launches, markdown)]
+    import compile_columns
+    for title, table in (("fuse_all first call by phase, s (compile_columns.py)", compile_columns.phase_table),
+                         ("First call in new processes, s (cold: empty caches; warm: caches kept)",
+                          compile_columns.process_table)):
+        head, body = table(rows)
+        if body:
+            parts += ["", f"**{title}**" if markdown else title, "", render(head, body, markdown)]
     return "\n".join(parts)

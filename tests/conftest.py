@@ -10,6 +10,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # every Program the suite compiles is checked against the codegen contract (fuse_all_ir/validate.py)
 os.environ.setdefault("FUSE_ALL_VALIDATE", "1")
+# torch's AOTAutograd cache off (for Inductor and fuse_all alike): a graph compiled by an earlier test or
+# run would be loaded instead of compiled, without the warnings, logs and records the tests look at. The
+# warm start through it is tested in new processes (tests/meta/test_graph_cache.py).
+os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
 
 
 def pytest_configure(config):

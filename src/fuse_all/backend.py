@@ -15,7 +15,7 @@ import torch
 import fuse_all_capture as capture
 import fuse_all_ir as ir
 
-from . import emit, logs, progress, provenance
+from . import emit, graph_cache, logs, progress, provenance
 from .debug import debug_enabled
 from .options import OptionError, Options, parse
 
@@ -43,6 +43,8 @@ class CompiledGraph:
     compile_id: str | None = None   # Dynamo's compile id ("0/1"), as TORCH_LOGS and tlparse show it
     debug_dir: str | None = None    # this graph's debug folder, when written
     fusion_svg: str | None = None   # the fusion picture in it
+    from_cache: bool = False        # loaded from torch's AOTAutograd cache (graph_cache.py)
+    cached_state: bytes = field(default=b"", repr=False)   # its kernels/steps/report, unpickled on demand
 
 
 _COMPILED: list[CompiledGraph] = []
@@ -50,7 +52,15 @@ _MAX_KEPT = 256
 
 
 def compiled_graphs() -> list[CompiledGraph]:
+    for record in _COMPILED:
+        if record.cached_state:
+            graph_cache.restore_record(record)
     return list(_COMPILED)
+
+
+def remember(record: CompiledGraph) -> None:
+    _COMPILED.append(record)
+    del _COMPILED[:-_MAX_KEPT]
 
 
 def reset() -> None:
@@ -66,11 +76,13 @@ def reset() -> None:
 def fuse_all(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, **kwargs):
     """The backend Dynamo calls; `mode` and `options` come from torch.compile."""
     opts = parse(mode, options)
-    backend = capture.make_backend(lambda graph: compile_graph(graph, opts, mode),
-                                   decompositions=_decompositions(), name="fuse_all")
+    tag = graph_cache.cache_tag(opts, mode, _decompositions())   # None: torch's AOTAutograd cache not used
+    backend = capture.make_backend(lambda graph: compile_graph(graph, opts, mode, cacheable=tag is not None),
+                                   decompositions=_decompositions(), name="fuse_all", aot_cache_tag=tag)
     with progress.Progress("tracing", opts.progress) as bar:
         bar.set_phase("AOTAutograd tracing")
-        return backend(gm, example_inputs)
+        with ir.compile_timing.phase("aot_trace"):   # minus the graph compiles it runs (exclusive phases)
+            return backend(gm, example_inputs)
 
 
 fuse_all.reset = reset   # torch.compiler.reset() calls reset() on every backend it cached
@@ -85,8 +97,9 @@ def _decompositions() -> dict:
     return {op: fn for op, fn in capture.decomposition_table().items() if str(op) not in native}
 
 
-def compile_graph(graph, opts: Options, mode=None):
-    """Compile one ATen graph (inference, forward or backward); returns a boxed callable."""
+def compile_graph(graph, opts: Options, mode=None, cacheable: bool = False):
+    """Compile one ATen graph (inference, forward or backward); returns a boxed callable (which carries
+    its AOTAutograd cache entry when `cacheable`, see graph_cache.py)."""
     start = time.perf_counter()
     record = CompiledGraph(graph.graph_id, graph.kind, graph.device)
     outputs = emit.GraphOutputs.start(graph)   # what the debug folder, TORCH_LOGS and TORCH_TRACE show
@@ -106,11 +119,13 @@ def compile_graph(graph, opts: Options, mode=None):
             bar.set_phase("CUDA graphs")
         with outputs.timed("cudagraphs"):
             call = _maybe_cudagraphs(call, graph, opts, record)
+    if cacheable:
+        call = graph_cache.attach(call, graph, record, opts, outputs.host_source)
     record.compile_time_s = time.perf_counter() - start
-    _COMPILED.append(record)
-    del _COMPILED[:-_MAX_KEPT]
-    emit.finish(outputs, record, force_debug=opts.debug)   # never raises
-    provenance.write_compiled(graph, record, mode)  # never raises: the editor's record can't break a compile
+    remember(record)
+    with ir.compile_timing.phase("records"):
+        emit.finish(outputs, record, force_debug=opts.debug)   # never raises
+        provenance.write_compiled(graph, record, mode)  # never raises: the editor's record can't break a compile
     return call
 
 
@@ -124,7 +139,7 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     target = _target_for(program.device, opts)
     record.kernels = list(program.kernels.values())
     bar.set_phase("rendering kernels", total_kernels=len(record.kernels))
-    with outputs.timed("render"):
+    with outputs.timed("render"), ir.compile_timing.phase("render"):
         source = ir.render_host_program(program, target)
         record.kernel_sources = {}
         for kernel in record.kernels:
@@ -138,7 +153,7 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     record.report = program.report
     _warn_lowered_ops_in_aten(graph.graph_id, record.externs)
     bar.set_phase(f"compiling {len(record.kernels)} kernels")
-    with outputs.timed("compile_kernels"):
+    with outputs.timed("compile_kernels"), ir.compile_timing.phase("host_load"):
         module = ir.load_host_program(source)   # the private cache folder `host`
     record.output_code = module.__fuse_all_path__
     call = module.call
@@ -190,6 +205,15 @@ def _aten_call(gm: torch.fx.GraphModule):
 
 
 _POOLS: dict = {}   # one CUDA graph memory pool per Dynamo graph: its forward and backward share it
+
+
+def cudagraphs_for_cached(call, code, example_inputs, record: CompiledGraph):
+    """CUDA graphs around a graph loaded from the AOTAutograd cache (graph_cache.py)."""
+    from types import SimpleNamespace
+    graph = SimpleNamespace(graph_id=code.graph_id, device=code.device, example_inputs=example_inputs,
+                            static_input_indices=code.static_input_indices,
+                            mutated_input_indices=code.mutated_input_indices)
+    return _maybe_cudagraphs(call, graph, Options(cudagraphs=True), record)
 
 
 def _maybe_cudagraphs(call, graph, opts: Options, record: CompiledGraph):

@@ -105,6 +105,8 @@ def summary_line(summary: dict[str, Any]) -> str:
             f"{summary['fused_ops']} ops fused, {summary['compile_time_s']:.2f} s")
     if summary.get("fallback_reason"):
         text += f"; runs in ATen: {summary['fallback_reason']}"
+    if summary.get("from_cache"):
+        text += "; loaded from torch's AOTAutograd cache"
     return text
 
 

@@ -47,6 +47,7 @@ def make_backend(
     name: str = "fuse_all_capture",
     partition: str | Callable[..., Any] = "min_cut",
     keep_inference_input_mutations: bool = True,
+    aot_cache_tag: str | None = None,
 ) -> Callable[..., Any]:
     """A torch.compile backend: Dynamo graph -> AOTAutograd -> `compile_graph(CapturedGraph)` per ATen graph.
 
@@ -61,13 +62,23 @@ def make_backend(
     nodes (listed in `mutated_input_indices`) instead of running as a separate epilogue.
     Keyword arguments torch.compile passes to custom backends (`mode`, `options`) are accepted and ignored:
     they are the business of whoever wraps this backend.
+
+    `aot_cache_tag`, when given, lets torch's AOTAutograd cache keep the compiled graphs
+    (keyed by that tag besides the graph): a later process compiling the same graph skips AOTAutograd's
+    tracing and `compile_graph` and loads the entry instead. For that, every callable `compile_graph`
+    returns must carry, as `__wrapped__`, a torch `OutputCode` that pickles (`compat.output_code_base`);
+    an entry whose `prepare_for_serialization` raises is not saved. Training graphs are not kept (torch
+    saves them when the backward compiles, outside this backend's call).
     """
     table = decomposition_table() if decompositions is None else dict(decompositions)
     partition_fn = compat.partition_function(partition) if isinstance(partition, str) else partition
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **_options: Any) -> Callable[..., Any]:
-        dynamo_graph = _describe_dynamo_graph(gm)
+        dynamo_graph = _Described(gm)     # on the first compile: a cache hit compiles nothing
         compilers = {kind: _aten_compiler(kind, dynamo_graph, compile_graph) for kind in _GRAPH_ID_SUFFIX}
+        tag = aot_cache_tag
+        if tag:
+            compilers = {kind: compat.serializable_compiler(fn) for kind, fn in compilers.items()}
         aot = compat.aot_autograd(
             fw_compiler=compilers["forward"],
             bw_compiler=compilers["backward"],
@@ -76,7 +87,10 @@ def make_backend(
             partition_fn=partition_fn,
             keep_inference_input_mutations=keep_inference_input_mutations,
         )
-        return aot(gm, example_inputs)
+        if not tag:
+            return aot(gm, example_inputs)
+        with compat.aot_cache_config(tag):
+            return aot(gm, example_inputs)
 
     backend.__name__ = backend.__qualname__ = name
     return backend
@@ -106,8 +120,26 @@ def _describe_dynamo_graph(gm: torch.fx.GraphModule) -> _DynamoGraph:
     return _DynamoGraph(function, graph_break, f"g_{digest}_{ordinal}")
 
 
-def _aten_compiler(kind: str, dynamo_graph: _DynamoGraph, compile_graph: CompileGraph) -> Callable[..., Any]:
+class _Described:
+    """`_describe_dynamo_graph(gm)`, computed at the first call (a forward or inference compile, inside
+    Dynamo's call of the backend, where the frame is still known) and then kept; the graph is let go."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self._gm: torch.fx.GraphModule | None = gm
+        self._value: _DynamoGraph | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> _DynamoGraph:
+        with self._lock:
+            if self._value is None:
+                self._value = _describe_dynamo_graph(self._gm)
+                self._gm = None
+            return self._value
+
+
+def _aten_compiler(kind: str, described: _Described, compile_graph: CompileGraph) -> Callable[..., Any]:
     def compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        dynamo_graph = described()
         meta = compat.forward_metadata()
         placeholders = [node.name for node in gm.graph.nodes if node.op == "placeholder"]
         if kind == "backward":

@@ -182,3 +182,59 @@ def torch_source_dirs() -> tuple[str, ...]:
     except ImportError:
         pass
     return tuple(d + os.sep for d in dirs)
+
+
+# ---- AOTAutograd's cache (warm starts without re-tracing) ---------------------------------------------------
+# torch 2.11 and 2.14 (torch/_functorch/aot_autograd.py, aot_module_simplified): the cache is consulted
+# only when `fw_compiler` is a `SerializableAOTDispatchCompiler`; an entry is saved with the compiled
+# function bundled in it only when `torch._functorch.config.bundled_autograd_cache` is on while it is
+# saved (autograd_cache.py, `make_entry`: it unwraps `__wrapped__` down to an `OutputCode` and pickles
+# it), else it must name an FX graph cache entry of Inductor's. The key covers the Dynamo graph, the
+# inputs, AOTAutograd's and Inductor's configs and `torch.compiler.config.cache_key_tag`.
+
+def output_code_base() -> type | None:
+    """torch's `OutputCode` base class (what the AOTAutograd cache bundles), or None without it."""
+    try:
+        from torch._inductor.output_code import OutputCode
+    except ImportError:
+        return None
+    return OutputCode
+
+
+def bypass_cache_error() -> type[Exception]:
+    """The exception that makes the AOTAutograd cache skip saving an entry quietly."""
+    try:
+        from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+    except ImportError:
+        return RuntimeError
+    return BypassAOTAutogradCache
+
+
+def serializable_compiler(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` as a compiler whose results AOTAutograd may cache (falls back to `fn` itself)."""
+    base = output_code_base()
+    try:
+        from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+    except ImportError:
+        return fn
+    if base is None:
+        return fn
+    return SerializableAOTDispatchCompiler(base, fn)
+
+
+def aot_cache_config(tag: str):
+    """A context in which AOTAutograd bundles compiled graphs into its cache entries, keyed with `tag`
+    (appended to the user's own `torch.compiler.config.cache_key_tag`)."""
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    try:
+        import torch._functorch.config as functorch_config
+        import torch.compiler.config as compiler_config
+        user_tag = getattr(compiler_config, "cache_key_tag", "") or ""
+        stack.enter_context(functorch_config.patch(bundled_autograd_cache=True))
+        stack.enter_context(compiler_config.patch(cache_key_tag=f"{user_tag}|{tag}" if user_tag else tag))
+    except (ImportError, AttributeError, RuntimeError):   # a torch without these knobs: no cache, same graphs
+        stack.close()
+        return contextlib.nullcontext()
+    return stack

@@ -23,6 +23,7 @@ import subprocess
 import threading
 from pathlib import Path
 
+from fuse_all_ir import compile_timing
 from fuse_all_ir import (
     LockWaitAbandoned, UnsafeDirectory, atomic_write, caches_disabled, exclusive_lock, portable_caches, private_dir,
     read_regular_file, temp_file,
@@ -203,6 +204,11 @@ def _try_load(so: Path, checksum: Path, key: str) -> CppLibrary | None:
 
 
 def load_library(source: str, lock_timeout_s: float | None = None) -> CppLibrary:
+    with compile_timing.phase("cpp_load"):     # the compiler call inside is its own phase, `cpp_compile`
+        return _load_library(source, lock_timeout_s)
+
+
+def _load_library(source: str, lock_timeout_s: float | None = None) -> CppLibrary:
     """Compile `source` (or take it from the cache) and load it into this process.
 
     Processes compiling the same source take turns through a per-key lock, so it compiles once. A waiter
@@ -248,7 +254,8 @@ def _record_artifact(so: Path, key: str) -> None:
 
 
 def _build(source: str, so: Path, checksum: Path, key: str, compiler: list[str], flags: list[str]) -> CppLibrary:
-    compile_library(source, so, compiler, flags)
+    with compile_timing.phase("cpp_compile"):
+        compile_library(source, so, compiler, flags)
     _write_atomic(checksum, _sha256_file(so).encode())
     lib = _try_load(so, checksum, key)
     if lib is None:

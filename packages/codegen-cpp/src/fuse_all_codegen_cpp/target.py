@@ -6,9 +6,12 @@ argument types set once, so a launch is one ctypes call on `data_ptr()`s and int
 """
 from __future__ import annotations
 
+import re
+
+from fuse_all_ir import kernel_sharing
 from fuse_all_ir.program import Kernel, Program
 
-from .render import c_name, render_kernel, render_translation_unit
+from .render import c_name, prelude, render_kernel
 
 
 def _py_string(text: str) -> str:
@@ -23,14 +26,20 @@ class CppTarget:
 
     def __init__(self):
         self._sources: dict[int, tuple[Kernel, str]] = {}   # id(kernel) -> (kernel, its C++ function)
+        self.shared: dict[str, str] = {}   # kernel -> the kernel whose compiled function it calls
 
     def render_prelude(self, program: Program) -> str:
         if not program.kernels:
             return "# no C++ kernels in this graph"     # don't pay a compiler call for an empty TU
-        source = render_translation_unit(program)
         dtypes = program.buffer_dtypes()
+        sources = {}
         for kernel in program.kernels.values():
-            self._sources[id(kernel)] = (kernel, render_kernel(kernel, dtypes, program.size_hints))
+            sources[kernel.name] = render_kernel(kernel, dtypes, program.size_hints)
+            self._sources[id(kernel)] = (kernel, sources[kernel.name])
+        # one C++ function per distinct kernel (kernel_sharing): repeated blocks compile once
+        self.shared = kernel_sharing.share(sources, lambda name: _normalized(c_name(name), sources[name]))
+        unique = [text for name, text in sources.items() if self.shared[name] == name]
+        source = "\n\n".join([f"// fuse-all: graph {program.graph_id}", prelude(), *unique]) + "\n"
         lines = [
             "from fuse_all_codegen_cpp import load_library as _fa_load_library",
             "",
@@ -39,8 +48,10 @@ class CppTarget:
         ]
         for kernel in program.kernels.values():
             n_ptr = len(kernel.inputs) + len(kernel.outputs)
-            lines.append(f"{c_name(kernel.name)} = _fa_cpp.kernel({c_name(kernel.name)!r}, {n_ptr}, "
-                         f"{len(kernel.size_symbols)})")
+            same = self.shared[kernel.name]
+            note = f"   # same code as {same}" if same != kernel.name else ""
+            lines.append(f"{c_name(kernel.name)} = _fa_cpp.kernel({c_name(same)!r}, {n_ptr}, "
+                         f"{len(kernel.size_symbols)}){note}")
         return "\n".join(lines)
 
     def render_launch(self, kernel: Kernel, buffer_args: list[str], size_args: list[str]) -> str:
@@ -50,3 +61,13 @@ class CppTarget:
     def kernel_source(self, kernel: Kernel) -> str:
         kept = self._sources.get(id(kernel))
         return kept[1] if kept is not None and kept[0] is kernel else render_kernel(kernel)
+
+
+_SIGNATURE = re.compile(r'extern "C" void (\w+)\(([^)]*)\)')
+
+
+def _normalized(name: str, source: str) -> str:
+    """The kernel's C++ function with its name and parameters (buffers, sizes) renamed by position."""
+    match = _SIGNATURE.search(source)
+    params = [p.split()[-1] for p in match.group(2).split(",") if p.strip()] if match else []
+    return kernel_sharing.normalized(source, name, params, "//")

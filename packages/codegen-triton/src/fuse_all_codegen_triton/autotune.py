@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 
-from fuse_all_ir import atomic_write, portable_caches, private_dir, read_regular_file
+from fuse_all_ir import atomic_write, compile_timing, portable_caches, private_dir, read_regular_file
 
 from .indexing import next_power_of_2
 
@@ -83,6 +83,11 @@ def benchmark(launchers: list, synchronize, make_event) -> list[float]:
     """Milliseconds per launch of each zero-argument launcher. Cheap on purpose (this runs during the
     first call): one warm-up launch, one timed launch to size the batch, then a batch of ~2 ms; the best
     of two batches."""
+    with compile_timing.phase("autotune"):
+        return _benchmark(launchers, synchronize, make_event)
+
+
+def _benchmark(launchers: list, synchronize, make_event) -> list[float]:
     times = []
     for launch in launchers:
         launch()

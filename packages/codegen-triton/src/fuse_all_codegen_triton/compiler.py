@@ -17,6 +17,8 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
+from fuse_all_ir import compile_timing
+
 from . import _triton_compat as compat
 
 _POOL: ThreadPoolExecutor | None = None
@@ -83,13 +85,46 @@ def compile_only(fn, spec: dict, key: VariantKey, device_index: int | None = Non
 
 
 def compile_variant(fn, spec: dict, key: VariantKey, device_index: int) -> Compiled:
-    kernel = compile_only(fn, spec, key, device_index)
-    runner, function, metadata = compat.load_compiled(kernel, device_index)
+    with compile_timing.phase("triton_compile_bg"):
+        kernel = compile_only(fn, spec, key, device_index)
+        runner, function, metadata = compat.load_compiled(kernel, device_index)
     return Compiled(kernel, runner, function, metadata)
 
 
-def submit(fn, spec: dict, key: VariantKey, device_index: int) -> Future:
-    return compile_pool().submit(compile_variant, fn, spec, key, device_index)
+def submit(fn, spec: dict, key: VariantKey, device_index: int) -> TimedFuture:
+    """Compile a variant in the background. Kernels that share a JIT function (the same code,
+    `fuse_all_ir.kernel_sharing`) share its compiles: the future is kept on the function."""
+    config = spec["configs"][key.config]
+    identity = (key.int64, key.aligned, key.div16, device_index, tuple(sorted(config.items())),
+                tuple(spec["pointers"]), spec["size_type"], len(spec["sizes"]))
+    with _POOL_LOCK:
+        shared = fn.__dict__.setdefault("_fuse_all_compiles", {})
+        future = shared.get(identity)
+    if future is None:
+        future = TimedFuture(compile_pool().submit(compile_variant, fn, spec, key, device_index))
+        with _POOL_LOCK:
+            future = shared.setdefault(identity, future)
+    return future
+
+
+class TimedFuture:
+    """A compile's Future whose `result()` counts the caller's wait as the `triton_compile_wait` phase."""
+    __slots__ = ("future",)
+
+    def __init__(self, future: Future):
+        self.future = future
+
+    def result(self, timeout: float | None = None):
+        if self.future.done():
+            return self.future.result()
+        with compile_timing.phase("triton_compile_wait"):
+            return self.future.result(timeout)
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def exception(self, timeout: float | None = None):
+        return self.future.exception(timeout)
 
 
 def wait_all(futures) -> list:

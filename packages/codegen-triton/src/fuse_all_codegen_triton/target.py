@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pprint
 
+from fuse_all_ir import kernel_sharing
 from fuse_all_ir.program import Kernel, Program
 
 from .render import RenderedKernel, RenderOptions, render_kernel
@@ -35,6 +36,7 @@ class TritonTarget:
         self.options = RenderOptions(persistent_max_rnumel=persistent_max_rnumel, rblock=rblock,
                                      force_looped=force_looped, max_autotune=max_autotune)
         self._rendered: dict[int, tuple[Kernel, RenderedKernel]] = {}
+        self.shared: dict[str, str] = {}   # kernel -> the kernel whose JIT function (and compiles) it uses
 
     def render(self, kernel: Kernel, program: Program | None = None) -> RenderedKernel:
         """Render (cached per kernel object; the program supplies buffer dtypes and size hints)."""
@@ -51,14 +53,20 @@ class TritonTarget:
 
     def render_prelude(self, program: Program) -> str:
         parts = [_PRELUDE_IMPORTS]
+        rendered = {kernel.name: self.render(kernel, program) for kernel in program.kernels.values()}
+        # one JIT function per distinct kernel (kernel_sharing): its variants compile once for all users
+        self.shared = kernel_sharing.share(rendered, lambda name: _normalized(rendered[name]))
         for kernel in program.kernels.values():
-            r = self.render(kernel, program)
-            int64_fn = f"{kernel.name}_i64" if r.source_int64 else "None"
+            r = rendered[kernel.name]
+            same = self.shared[kernel.name]
+            int64_fn = f"{same}_i64" if r.source_int64 else "None"
             spec = pprint.pformat(r.spec, width=110, sort_dicts=False)
-            parts.append(r.source)
-            if r.source_int64:
-                parts.append(r.source_int64)
-            parts.append(f"{kernel.name}_launcher = TritonKernel(\n    {kernel.name}, {_indent(spec)},\n"
+            if same == kernel.name:
+                parts.append(r.source)
+                if r.source_int64:
+                    parts.append(r.source_int64)
+            note = f"  # same code as {same}: one compile" if same != kernel.name else ""
+            parts.append(f"{kernel.name}_launcher = TritonKernel({note}\n    {same}, {_indent(spec)},\n"
                          f"    {int64_fn}, autotune_configs={self.autotune!r}, device={program.device!r})")
         return "\n\n\n".join(parts)
 
@@ -76,6 +84,15 @@ class TritonTarget:
 
     def kernel_source(self, kernel: Kernel) -> str:
         return self.render(kernel).source
+
+
+def _normalized(r: RenderedKernel) -> str:
+    """A kernel's JIT functions and launch spec with its names set aside (comments, the function names)."""
+    spec = {k: v for k, v in r.spec.items() if k not in ("name", "source_hash")}
+    texts = [kernel_sharing.normalized(r.source, r.name, (), "#")]
+    if r.source_int64:
+        texts.append(kernel_sharing.normalized(r.source_int64, r.name + "_i64", (), "#"))
+    return "\n".join(texts) + "\n" + repr(spec)
 
 
 def _indent(text: str) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from . import lowerings_pointwise, lowerings_reduce, lowerings_view  # noqa: F401  (register lowerings)
+from .compile_timing import phase
 from .lowering import LOWERINGS, GraphLowering
 from .memory import plan_reuse
 from .nodes import LoweredGraph
@@ -26,14 +27,16 @@ def lower(gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", dev
     """`validate`: check the Program against its contract (`validate.py`), raising `InvalidProgram`;
     None means "when FUSE_ALL_VALIDATE=1". `reuse_buffers`: allocations take the memory of dead buffers
     (`memory.plan_reuse`); None means "unless FUSE_ALL_REUSE_BUFFERS=0"."""
-    lowered = GraphLowering(gm, example_inputs, graph_id, device).run()
-    program = schedule(lowered)
-    if reuse_buffers is None:
-        reuse_buffers = os.environ.get("FUSE_ALL_REUSE_BUFFERS", "1").strip() != "0"
-    if reuse_buffers:
-        plan_reuse(program)
-    if validate or (validate is None and validation_requested()):
-        validate_program(program)
+    with phase("lowering"):
+        lowered = GraphLowering(gm, example_inputs, graph_id, device).run()
+    with phase("fusion_schedule"):
+        program = schedule(lowered)
+        if reuse_buffers is None:
+            reuse_buffers = os.environ.get("FUSE_ALL_REUSE_BUFFERS", "1").strip() != "0"
+        if reuse_buffers:
+            plan_reuse(program)
+        if validate or (validate is None and validation_requested()):
+            validate_program(program)
     return Compiled(lowered, program)
 
 

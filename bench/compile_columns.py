@@ -1,0 +1,198 @@
+"""Compile-time columns: where fuse_all's first call spends its seconds (per phase), and cold and warm first
+calls of the capture floor (aot_eager), Inductor and fuse_all, each in a new process.
+
+Per-phase split of a first call (any backend): torch's own `compilation_time_metrics` give Dynamo's whole
+compile (`_compile.compile_inner`) and the backend's share of it (`OutputGraph.call_user_compiler`):
+    dynamo      = compile_inner - call_user_compiler     (bytecode tracing, guards)
+    backend     = call_user_compiler                     (for fuse_all: split further below)
+    run         = first call - compile_inner             (the first launch, guards, a lazy backward compile)
+fuse_all's stages add exclusive phases (`fuse_all_ir.compile_timing`: aot_trace, lowering, fusion_schedule,
+render, host_load, cpp_load, cpp_compile, triton_compile_wait, autotune, records, graph_cache); for it
+`run+other` is the first call minus Dynamo minus those, i.e. the first launch of the host programs and
+whatever the backend does outside a named phase. `triton_compile_bg` (seconds of Triton compiles summed
+over the pool's workers) overlaps the others and is shown beside them.
+
+New processes: `cold` runs with fresh, empty cache folders (fuse_all's, Inductor's with its FX graph and
+AOTAutograd caches, Triton's), so nothing can be read from a cache; `warm` is a second new process on the
+folders the cold one filled. Both are primed (a tiny compile first, so importing the compiler stack is not
+counted) and trace the workload once with aot_eager before the timed first call, like the in-process cells.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+CHILD_TAG = "@@BENCH_CHILD "
+PROCESS_BACKENDS = ("aot_eager", "inductor", "fuse_all")
+FUSE_ALL_PHASES = ("dynamo", "aot_trace", "graph_cache", "lowering", "fusion_schedule", "render", "host_load",
+                   "cpp_load", "cpp_compile", "triton_compile_wait", "autotune", "records", "run+other")
+BACKGROUND_PHASES = ("triton_compile_bg",)
+_DISABLE = ("FUSE_ALL_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FORCE_DISABLE_CACHES")
+
+
+def _compile_timing():
+    try:
+        import fuse_all_ir
+        return fuse_all_ir.compile_timing
+    except (ImportError, AttributeError):
+        return None
+
+
+def start_first_call() -> None:
+    """Forget earlier compile timings, right before a timed first call."""
+    torch._dynamo.utils.compilation_time_metrics.clear()
+    timing = _compile_timing()
+    if timing is not None:
+        timing.reset()
+
+
+def first_call_phases(first_s: float, fuse_all: bool) -> dict[str, float]:
+    """The split of a first call (see the module docstring), seconds rounded to the millisecond."""
+    metrics = torch._dynamo.utils.compilation_time_metrics
+    inner = sum(metrics.get("_compile.compile_inner", ()))
+    user = sum(metrics.get("OutputGraph.call_user_compiler", ()))
+    phases = {"dynamo": inner - user}
+    if fuse_all and _compile_timing() is not None:
+        recorded = _compile_timing().snapshot()
+        main = {k: v for k, v in recorded.items() if k not in BACKGROUND_PHASES}
+        phases.update(main)
+        phases["run+other"] = first_s - phases["dynamo"] - sum(main.values())
+        phases.update({k: v for k, v in recorded.items() if k in BACKGROUND_PHASES})
+    else:
+        phases["backend"] = user
+        phases["run"] = first_s - inner
+    return {k: round(v, 3) for k, v in phases.items()}
+
+
+# ---- new processes -------------------------------------------------------------------------------------
+
+def _fresh_cache_env(tag: str) -> tuple[str, dict[str, str]]:
+    root = tempfile.mkdtemp(prefix=f"fuse_all_bench_{tag}_")
+    env = {"FUSE_ALL_CACHE_DIR": os.path.join(root, "fuse_all"),
+           "TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "inductor"),
+           "TRITON_CACHE_DIR": os.path.join(root, "triton")}
+    env.update({name: "0" for name in _DISABLE})   # the parent may have set them for its own cells
+    return root, env
+
+
+def run_child(name: str, device: str, backend: str, env: dict[str, str], args) -> dict:
+    """`bench.py --child`: one first call of `name` with `backend` in a new process."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench.py")
+    cmd = [sys.executable, script, "--child", "--child-backend", backend, "--device", device, "--workloads", name]
+    if args.no_prime:
+        cmd.append("--no-prime")
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    try:
+        proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True,
+                              timeout=args.backend_timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"child took longer than {args.backend_timeout} s"}
+    for line in proc.stdout.splitlines():
+        if line.startswith(CHILD_TAG):
+            return json.loads(line[len(CHILD_TAG):])
+    tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return {"error": f"child exited {proc.returncode}: {tail[:160]}"}
+
+
+def cold_and_warm(name: str, device: str, args, backends=PROCESS_BACKENDS) -> dict:
+    """{backend: {"cold": cell, "warm": cell}}: two new processes per backend on fresh cache folders."""
+    out = {}
+    for backend in backends:
+        root, env = _fresh_cache_env(f"{name}_{backend}")
+        try:
+            cold = run_child(name, device, backend, env, args)
+            warm = run_child(name, device, backend, env, args) if "error" not in cold else \
+                {"error": "cold run failed"}
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        out[backend] = {"cold": cold, "warm": warm}
+        for kind, cell in (("cold", cold), ("warm", warm)):
+            text = f"FAILED: {cell['error']}" if "error" in cell else f"first call {cell['first_s']:8.3f} s"
+            if "phases" in cell:
+                text += "   " + phases_text(cell["phases"])
+            print(f"   {backend + ' ' + kind + ' (new process)':<32} {text}", flush=True)
+    return out
+
+
+def child_main(name: str, device: str, backend: str, prime: bool) -> None:
+    """The child: build, prime, trace once with aot_eager, then time `backend`'s first call."""
+    from env import register_fuse_all
+    from measure import fuse_all_summary, prime_backends, trace_warmup
+    from timing import first_call
+    from workloads import build
+    fuse_all = backend == "fuse_all"
+    if fuse_all:
+        problem = register_fuse_all()
+        if problem:
+            print(CHILD_TAG + json.dumps({"error": problem}), flush=True)
+            return
+    if prime:
+        prime_backends(device, [backend], keep_caches=True)
+    inst = build(name, device)
+    trace_warmup(inst, device)          # as in the parent, so cold and warm differ only in the caches
+    if fuse_all:
+        import fuse_all as fa
+        fa.reset()
+    compiled = torch.compile(inst.target, backend=backend)
+    start_first_call()
+    seconds, _ = first_call(lambda: inst.step(compiled), device)
+    cell = {"first_s": seconds, "phases": first_call_phases(seconds, fuse_all)}
+    if fuse_all:
+        cell["fuse_all"] = fuse_all_summary()
+    print(CHILD_TAG + json.dumps(cell), flush=True)
+
+
+def phases_text(phases: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.3f}" for k, v in phases.items() if abs(v) >= 0.0005)
+
+
+# ---- tables ---------------------------------------------------------------------------------------------
+
+def _f(value) -> str:
+    return "–" if value is None else f"{value:.3f}" if isinstance(value, (int, float)) else str(value)
+
+
+def phase_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """fuse_all's first call (the in-process cold cell) split into phases, seconds."""
+    head = ["workload", "first call s", *FUSE_ALL_PHASES, *BACKGROUND_PHASES]
+    body = []
+    for r in rows:
+        cell = r.get("cells", {}).get("fuse_all", {})
+        phases = cell.get("phases")
+        if not phases:
+            continue
+        body.append([r["workload"], _f(cell.get("first_s"))] + [_f(phases.get(k, 0.0)) for k in head[2:]])
+    return head, body
+
+
+def process_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """First calls in new processes, cold and warm, and the overhead ratio of issue 12."""
+    head = ["workload"] + [f"{b} {k} s" for b in PROCESS_BACKENDS for k in ("cold", "warm")] + \
+        ["cold overhead fuse_all/inductor", "warm fuse_all − inductor s"]
+    body = []
+    for r in rows:
+        procs = r.get("processes")
+        if not procs:
+            continue
+        value = {(b, k): procs.get(b, {}).get(k, {}).get("first_s") for b in PROCESS_BACKENDS
+                 for k in ("cold", "warm")}
+        line = [r["workload"]]
+        for b in PROCESS_BACKENDS:
+            for k in ("cold", "warm"):
+                cell = procs.get(b, {}).get(k, {})
+                line.append("FAILED" if "error" in cell else _f(value[(b, k)]))
+        floor, ind, fa = value[("aot_eager", "cold")], value[("inductor", "cold")], value[("fuse_all", "cold")]
+        ratio = "–"
+        if None not in (floor, ind, fa) and ind - floor > 0:
+            ratio = f"{(fa - floor) / (ind - floor):.2f}×"
+        wi, wf = value[("inductor", "warm")], value[("fuse_all", "warm")]
+        line += [ratio, _f(wf - wi) if None not in (wi, wf) else "–"]
+        body.append(line)
+    return head, body

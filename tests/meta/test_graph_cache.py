@@ -1,0 +1,121 @@
+"""Warm starts through torch's AOTAutograd cache (src/fuse_all/graph_cache.py): a new process compiling a
+graph compiled before loads it instead of tracing, lowering and rendering it again; results match eager;
+Inductor's entries and ours never mix; damaged entries are rebuilt; the switch turns it all off.
+
+Each run is a new process (the suite turns the AOTAutograd cache off in its own process, conftest.py)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUN = r'''
+import copy, json, os, sys
+import torch
+import fuse_all
+from torch._dynamo.utils import counters
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32)).eval()
+x = torch.randn(4, 16)
+backend = sys.argv[1]
+with torch.no_grad():
+    expected = copy.deepcopy(model).double()(x.double()).float()
+    got = torch.compile(model, backend=backend)(x)
+records = fuse_all.compiled_graphs()
+print("@@" + json.dumps({
+    "hits": counters["aot_autograd"]["autograd_cache_hit"],
+    "saved": counters["aot_autograd"]["autograd_cache_saved"],
+    "error": (got - expected).abs().max().item(),
+    "records": [{"from_cache": r.from_cache, "kernels": len(r.kernels), "steps": len(r.steps),
+                 "kernel_type": type(r.kernels[0]).__name__ if r.kernels else None} for r in records],
+}))
+'''
+
+
+def _run(tmp_path: Path, backend: str = "fuse_all", **env) -> dict:
+    environ = {**os.environ, "FUSE_ALL_CACHE_DIR": str(tmp_path / "fa"),
+               "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+               "FUSE_ALL_FORCE_DISABLE_CACHES": "0", "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "0", **env}
+    proc = subprocess.run([sys.executable, "-c", RUN, backend], capture_output=True, text=True, timeout=300,
+                          env=environ)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1][2:])
+
+
+def test_second_process_loads_the_graph_from_the_cache_and_matches(tmp_path):
+    cold = _run(tmp_path)
+    assert cold["hits"] == 0 and cold["saved"] == 1
+    assert [r["from_cache"] for r in cold["records"]] == [False]
+    warm = _run(tmp_path)
+    assert warm["hits"] == 1
+    (record,) = warm["records"]
+    assert record["from_cache"]
+    # the record still says what the graph became (restored from the entry on demand)
+    assert record["kernels"] == cold["records"][0]["kernels"] > 0 and record["kernel_type"] == "Kernel"
+    assert record["steps"] == cold["records"][0]["steps"]
+    assert warm["error"] < 1e-4 and cold["error"] < 1e-4
+
+
+def test_inductor_entries_and_ours_never_mix(tmp_path):
+    inductor = _run(tmp_path, "inductor")
+    assert inductor["saved"] == 1 and inductor["records"] == []
+    ours = _run(tmp_path)
+    assert ours["hits"] == 0 and ours["records"][0]["from_cache"] is False
+    assert _run(tmp_path, "inductor")["hits"] == 1
+
+
+@pytest.mark.parametrize("switch", ["FUSE_ALL_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FORCE_DISABLE_CACHES",
+                                    "FUSE_ALL_DEBUG"])
+def test_switches_turn_the_graph_cache_off(tmp_path, switch):
+    env = {switch: "1"}
+    if switch == "FUSE_ALL_DEBUG":
+        env["FUSE_ALL_DEBUG_DIR"] = str(tmp_path / "debug")
+    first = _run(tmp_path, **env)
+    second = _run(tmp_path, **env)
+    assert first["saved"] == second["saved"] == 0 and second["hits"] == 0
+    assert second["records"][0]["from_cache"] is False
+
+
+def test_damaged_host_program_under_a_cached_graph_is_rebuilt(tmp_path):
+    _run(tmp_path)
+    for path in (tmp_path / "fa" / "host").rglob("*"):
+        if path.is_file():
+            path.write_bytes(b"raise SystemExit('planted')\n")
+    for path in (tmp_path / "fa" / "cpp").glob("*.so"):
+        path.write_bytes(b"not a library")
+    warm = _run(tmp_path)
+    assert warm["hits"] == 1 and warm["records"][0]["from_cache"] and warm["error"] < 1e-4
+
+
+def test_damaged_torch_entry_compiles_again(tmp_path):
+    _run(tmp_path)
+    entries = [p for p in (tmp_path / "inductor").rglob("*") if p.is_file() and "aotautograd" in str(p)]
+    assert entries
+    for path in entries:
+        path.write_bytes(path.read_bytes()[:50])
+    again = _run(tmp_path)
+    assert again["hits"] == 0 and again["records"][0]["from_cache"] is False and again["error"] < 1e-4
+
+
+def test_graph_code_pickles_without_its_callable():
+    import pickle
+
+    import torch
+
+    import fuse_all
+    from fuse_all import graph_cache
+    code = graph_cache.GraphCode(graph_id="g", kind="inference", device="cpu",
+                                 host_source="def call(args):\n    return (args[0] + 1,)\n")
+    code._call = lambda args: None
+    copy = pickle.loads(pickle.dumps(code))
+    assert copy._call is None and copy.host_source == code.host_source
+    copy.post_compile([torch.ones(2)])
+    assert torch.equal(copy([torch.ones(2)])[0], torch.full((2,), 2.0))
+    assert fuse_all.compiled_graphs()[-1].from_cache
+    unsaveable = graph_cache.GraphCode(graph_id="g", not_cacheable="runs in ATen")
+    with pytest.raises(Exception, match="runs in ATen"):
+        unsaveable.prepare_for_serialization()
