@@ -14,6 +14,7 @@ from . import dtypes
 from ._torch_compat import backed_size_values, real_tensor_mode
 from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, load
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
+from .lowering_mutations import deferrable_input_copy, write_back_inputs
 from .symbolic import free_size_symbols
 from .vocabulary import NodeKind, reduction
 
@@ -111,6 +112,7 @@ class GraphLowering:
         self.inlined: list = []
         self.constants: dict = {}
         self.env: dict = {}
+        self.deferred_copies: list = []      # copy_ into graph inputs, written back at the end (lowering_mutations)
         self._counter = 0
         self.current: torch.fx.Node | None = None
 
@@ -237,6 +239,7 @@ class GraphLowering:
                 finally:
                     CURRENT_ORIGIN.reset(token)
             elif node.op == "output":
+                write_back_inputs(self)
                 outputs = [self._lower_output(a) for a in node.args[0]]
             elif node.op == "get_attr":
                 self.env[node.name] = self._lower_constant(node)
@@ -305,6 +308,9 @@ class GraphLowering:
             return item
         if not isinstance(target, torch._ops.OpOverload):
             return self._lower_python_op(node)
+        if deferrable_input_copy(self, node):
+            self.deferred_copies.append(node)
+            return None
         size_value = self._known_size_value(node)
         if size_value is not None:
             return size_value

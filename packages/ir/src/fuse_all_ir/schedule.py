@@ -30,6 +30,7 @@ def schedule(lowered: LoweredGraph) -> Program:
     owner = {name: u for u, names in enumerate(names_of) for name in names}
     reads_of = [set().union(*(nodes[n].reads for n in names)) for names in names_of]
     deps = [{owner[r] for r in reads_of[u] if r in owner and owner[r] != u} for u in range(len(units))]
+    _after_readers_of_mutated_inputs(units, reads_of, deps)
     first_index = [min(index_of[n] for n in names) for names in names_of]
     order = _topological(units, deps, first_index.__getitem__)
 
@@ -72,6 +73,28 @@ def schedule(lowered: LoweredGraph) -> Program:
     return Program(graph_id=lowered.graph_id, device=lowered.device, inputs=lowered.inputs, buffers=buffers,
                    kernels=kernels, steps=steps, outputs=lowered.outputs, size_symbols=lowered.size_symbols,
                    size_hints=lowered.size_hints, report=report, constants=lowered.constants)
+
+
+def _after_readers_of_mutated_inputs(units, reads_of, deps) -> None:
+    """An ATen call that writes a graph input (AOTAutograd's `copy_(input, new)` epilogue) runs after every
+    step that reads the input's old value: nothing else orders them (a kernel computing `a * 3` before
+    `a.add_(b)` ran after the copy and read the new `a`)."""
+    for u, unit in enumerate(units):
+        written = _written_inputs(unit)
+        if written:
+            deps[u] |= {v for v in range(len(units)) if v != u and reads_of[v] & written and u not in deps[v]}
+
+
+def _written_inputs(unit) -> set:
+    if isinstance(unit, Group):
+        return set()
+    if unit.target == "aten.copy_.default":
+        destinations = unit.args[:1]
+    elif unit.target == "aten._foreach_copy_.default":
+        destinations = unit.args[0]
+    else:
+        return set()
+    return {d.name for d in destinations if isinstance(d, BufferRef)}
 
 
 def _topological(units, deps, priority) -> list:
