@@ -25,7 +25,7 @@ from pathlib import Path
 import sympy
 
 from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Program, Reduce, Store
-from fuse_all_ir.symbolic import rvar, xvar
+from fuse_all_ir.symbolic import rvar, size_hint, xvar
 from fuse_all_ir.vocabulary import is_float, is_positional
 
 from . import rules
@@ -63,9 +63,7 @@ def _numel(sizes) -> sympy.Expr:
 
 
 def _hint(expr, size_hints) -> int:
-    expr = sympy.sympify(expr)
-    subs = {s: size_hints.get(s, DEFAULT_SIZE_HINT) for s in expr.free_symbols}
-    return int(expr.subs(subs))
+    return size_hint(expr, size_hints, DEFAULT_SIZE_HINT)
 
 
 # ---- the kernel walker ----------------------------------------------------------------------------------

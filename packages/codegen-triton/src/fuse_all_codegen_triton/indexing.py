@@ -18,11 +18,12 @@ from fuse_all_ir import symbolic
 from fuse_all_ir.host import py_index
 from fuse_all_ir.sympy_functions import SymbolicPrinter, UnsupportedSymbolic, kind_of
 from fuse_all_ir.program import IndexValue, Kernel, Load, Store
-from fuse_all_ir.symbolic import rvar, xvar
+from fuse_all_ir.symbolic import rvar, size_hint, xvar
 
 # Lanes past the end of the last block compute indices up to one block beyond the valid range (they are
 # masked, but must not make valid lanes overflow), hence the headroom.
 INT32_LIMIT = 2**31 - 2**20
+DEFAULT_SIZE_HINT = 1024   # the size a symbol without a hint is assumed to have (index width, configs)
 
 
 def _f64(text: str) -> str:
@@ -264,8 +265,7 @@ def choose_index_dtype(kernel: Kernel, hints: dict) -> tuple[str, str | None]:
         return "int64", None
     if not symbolic:
         return "int32", None
-    subs = {s: hints.get(s, hints.get(str(s), 1024)) for b in symbolic for s in b.free_symbols}
-    if any(int(b.subs(subs)) >= INT32_LIMIT for b in symbolic):
+    if any(size_hint(b, hints, DEFAULT_SIZE_HINT) >= INT32_LIMIT for b in symbolic):
         return "int64", None
     guard = " and ".join(f"{py_index(b)} < {INT32_LIMIT}" for b in _dominant(symbolic))
     return "int32", guard

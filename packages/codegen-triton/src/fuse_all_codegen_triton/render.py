@@ -22,13 +22,13 @@ import sympy
 
 from fuse_all_ir.host import py_index
 from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Reduce, Store
-from fuse_all_ir.symbolic import rvar, xvar
+from fuse_all_ir.symbolic import rvar, size_hint, xvar
 from fuse_all_ir.vocabulary import compute_dtype, is_float, is_positional
 
 from . import configs as cfgs
 from . import reductions as red
 from ._triton_compat import pointer_type
-from .indexing import (choose_index_dtype, derive_index_vars, families, stride_along, triton_expr_type,
+from .indexing import (DEFAULT_SIZE_HINT, choose_index_dtype, derive_index_vars, families, stride_along, triton_expr_type,
                        triton_index)
 from .rules import literal, render_cast, render_compute, tl_type
 
@@ -103,11 +103,7 @@ def _mode(kernel: Kernel, options: RenderOptions) -> str:
 
 
 def _size_hint(expr, hints) -> int:
-    expr = sympy.sympify(expr)
-    if expr.is_number:
-        return int(expr)
-    subs = {s: hints.get(s, hints.get(str(s), 1024)) for s in expr.free_symbols}
-    return int(expr.subs(subs))
+    return size_hint(expr, hints, DEFAULT_SIZE_HINT)
 
 
 def _inner_contiguous(kernel: Kernel) -> bool:

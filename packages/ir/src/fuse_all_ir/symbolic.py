@@ -25,6 +25,14 @@ def size_symbol(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, positive=True)
 
 
+def size_hint(expr, hints: dict, default: int) -> int:
+    """`expr` evaluated at the example sizes `hints` (keyed by symbol or its name); a symbol without a hint
+    counts as `default` (each codegen picks the size its heuristics should assume)."""
+    expr = sympy.sympify(expr)
+    subs = {s: hints.get(s, hints.get(str(s), default)) for s in expr.free_symbols}
+    return int(expr.subs(subs)) if subs else int(expr)
+
+
 class FloorDiv(sympy.Function):
     is_integer = True
     is_nonnegative = True
