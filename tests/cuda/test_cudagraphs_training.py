@@ -38,8 +38,9 @@ def fuse_all_stats():
 
 
 def compile_reduce_overhead(fn):
-    # autotune off: the per-test cache folder would autotune every kernel again; graphs are what is tested
-    return torch.compile(fn, backend="fuse_all", mode="reduce-overhead", options={"autotune": False})
+    # mode="reduce-overhead" is options={"cudagraphs": True} (torch takes one of mode and options); autotune
+    # off: the per-test cache folder would autotune every kernel again, and graphs are what is tested here
+    return torch.compile(fn, backend="fuse_all", options={"cudagraphs": True, "autotune": False})
 
 
 def run(model_name, style, optimizer, caplog):
