@@ -51,6 +51,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_CXXFLAGS", "empty", "fuse_all_codegen_cpp", "extra flags for the C++ compiler"),
     Variable("FUSE_ALL_COMPILE_THREADS", "CPU count (at most 32)", "fuse_all_codegen_triton",
              "threads compiling Triton kernels in parallel"),
+    Variable("FUSE_ALL_COMPILE_WORKERS", "`processes`", "fuse_all_codegen_triton",
+             "`processes`: each compile thread hands its Triton compile to a worker process (Triton only, no "
+             "torch; the GIL would serialise the compilers' Python front ends), which fills Triton's cache; "
+             "`threads`: compile in the threads themselves"),
     Variable("FUSE_ALL_TRITON_DIRECT_LAUNCH", "`1`", "fuse_all_codegen_triton",
              "`0`: launch Triton kernels through Triton's own launcher instead of the fast path (Triton 3.6)"),
 )
