@@ -44,6 +44,13 @@ def _compile_timing():
         return None
 
 
+def cpu_seconds() -> float:
+    """CPU seconds used so far by this process and its finished children (the C++ compiler, compile
+    workers): on a loaded machine a steadier measure of the work a first call does than its wall time."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def start_first_call() -> None:
     """Forget earlier compile timings, right before a timed first call."""
     torch._dynamo.utils.compilation_time_metrics.clear()
@@ -114,7 +121,8 @@ def cold_and_warm(name: str, device: str, args, backends=PROCESS_BACKENDS) -> di
             shutil.rmtree(root, ignore_errors=True)
         out[backend] = {"cold": cold, "warm": warm}
         for kind, cell in (("cold", cold), ("warm", warm)):
-            text = f"FAILED: {cell['error']}" if "error" in cell else f"first call {cell['first_s']:8.3f} s"
+            text = f"FAILED: {cell['error']}" if "error" in cell else \
+                f"first call {cell['first_s']:8.3f} s (cpu {cell.get('cpu_s', float('nan')):.3f} s)"
             if "phases" in cell:
                 text += "   " + phases_text(cell["phases"])
             print(f"   {backend + ' ' + kind + ' (new process)':<32} {text}", flush=True)
@@ -142,8 +150,9 @@ def child_main(name: str, device: str, backend: str, prime: bool) -> None:
         fa.reset()
     compiled = torch.compile(inst.target, backend=backend)
     start_first_call()
+    cpu = cpu_seconds()
     seconds, _ = first_call(lambda: inst.step(compiled), device)
-    cell = {"first_s": seconds, "phases": first_call_phases(seconds, fuse_all)}
+    cell = {"first_s": seconds, "cpu_s": round(cpu_seconds() - cpu, 3), "phases": first_call_phases(seconds, fuse_all)}
     if fuse_all:
         cell["fuse_all"] = fuse_all_summary()
     print(CHILD_TAG + json.dumps(cell), flush=True)
@@ -175,7 +184,8 @@ def phase_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
 def process_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     """First calls in new processes, cold and warm, and the overhead ratio of issue 12."""
     head = ["workload"] + [f"{b} {k} s" for b in PROCESS_BACKENDS for k in ("cold", "warm")] + \
-        ["cold overhead fuse_all/inductor", "warm fuse_all − inductor s"]
+        ["cold overhead fuse_all/inductor", "warm fuse_all − inductor s"] + \
+        [f"{b} {k} cpu s" for b in PROCESS_BACKENDS for k in ("cold", "warm")]
     body = []
     for r in rows:
         procs = r.get("processes")
@@ -194,5 +204,6 @@ def process_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
             ratio = f"{(fa - floor) / (ind - floor):.2f}×"
         wi, wf = value[("inductor", "warm")], value[("fuse_all", "warm")]
         line += [ratio, _f(wf - wi) if None not in (wi, wf) else "–"]
+        line += [_f(procs.get(b, {}).get(k, {}).get("cpu_s")) for b in PROCESS_BACKENDS for k in ("cold", "warm")]
         body.append(line)
     return head, body

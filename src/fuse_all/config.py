@@ -53,6 +53,10 @@ VARIABLES: tuple[Variable, ...] = (
              "threads compiling Triton kernels in parallel"),
     Variable("FUSE_ALL_REUSE_BUFFERS", "`1`", "fuse_all_ir",
              "`0`: every intermediate buffer gets its own allocation (off: no reuse of dead buffers' memory)"),
+    Variable("FUSE_ALL_COMPILE_WORKERS", "`processes`", "fuse_all_codegen_triton",
+             "`processes`: each compile thread hands its Triton compile to a worker process (Triton only, no "
+             "torch; the GIL would serialise the compilers' Python front ends), which fills Triton's cache; "
+             "`threads`: compile in the threads themselves"),
     Variable("FUSE_ALL_TRITON_DIRECT_LAUNCH", "`1`", "fuse_all_codegen_triton",
              "`0`: launch Triton kernels through Triton's own launcher instead of the fast path (Triton 3.6)"),
 )

@@ -7,13 +7,25 @@
     outputs = module.call(inputs)
 """
 from .__about__ import __version__
-from .runtime import TritonKernel
-from .target import TritonTarget
+
+# TritonKernel and TritonTarget load on first use (they import torch): the compile workers
+# (compile_worker.py) import this package and must stay light.
+_LAZY = {"TritonKernel": "runtime", "TritonTarget": "target"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def wait_compiled(module) -> None:
     """Block until every kernel of a loaded host program has compiled (they compile in parallel in the
     background from the moment the module is imported); raises the first compile error."""
+    from .runtime import TritonKernel
     for value in list(vars(module).values()):
         if isinstance(value, TritonKernel):
             value.wait_compiled()

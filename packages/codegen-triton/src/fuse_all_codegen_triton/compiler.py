@@ -1,10 +1,12 @@
 """Compiling kernel variants ahead of their first call, in parallel.
 
 Compile time is a headline metric, so every kernel of a graph is compiled as soon as its `TritonKernel`
-is created (when the host program is imported), on a shared thread pool. Threads work because Triton
-releases the GIL in its MLIR pass pipelines and LLVM/ptxas steps (checked on 3.6 and 3.8: the pybind
-bindings carry `gil_scoped_release`), and they avoid the seconds a subprocess pool needs to import torch
-and triton. Triton's own on-disk cache makes warm starts cheap: a cached compile is a hash and a file read.
+is created (when the host program is imported), on a shared thread pool. Triton releases the GIL in its
+MLIR pass pipelines and LLVM/ptxas steps (the pybind bindings carry `gil_scoped_release`), but not in its
+Python front end (AST -> TTIR), so by default each thread hands the compile to a worker process
+(compile_worker.py: Triton only, no torch, started once per process) that fills Triton's cache, and then
+loads it from there; `FUSE_ALL_COMPILE_WORKERS=threads` compiles in the threads themselves. Triton's own
+on-disk cache makes warm starts cheap: a cached compile is a hash and a file read.
 
 A variant is (config, int64 indexing?, pointers 16-byte aligned?, size arguments multiples of 16?). The
 last two are Triton's usual specialisations: without them loads and masks are not vectorised. The
@@ -78,10 +80,48 @@ def divisible_params(spec: dict, key: VariantKey) -> tuple[int, ...]:
 
 
 def compile_only(fn, spec: dict, key: VariantKey, device_index: int | None = None, target=None):
+    """Compile one variant (not loaded). With worker processes on, a worker compiles it into Triton's
+    cache first and the `triton.compile` here finds it there (compile_worker.py)."""
     config = spec["configs"][key.config]
-    return compat.compile_kernel(fn, signature(fn, spec, key.int64), constexpr_values(fn, config),
-                                 divisible_params(spec, key), config["num_warps"], config.get("num_stages", 1),
-                                 device_index, target)
+    args = (fn, signature(fn, spec, key.int64), constexpr_values(fn, config), divisible_params(spec, key),
+            config["num_warps"], config.get("num_stages", 1))
+    pool = worker_pool()
+    if pool is not None:
+        pool.compile(*args, target or compat.get_target(device_index), compat.cache_dir())
+    return compat.compile_kernel(*args, device_index, target)
+
+
+_WORKERS = None
+
+
+def use_workers() -> bool:
+    """FUSE_ALL_COMPILE_WORKERS: `processes` (default) or `threads`."""
+    choice = os.environ.get("FUSE_ALL_COMPILE_WORKERS", "processes").strip().lower()
+    if choice not in ("processes", "threads"):
+        raise ValueError(f"FUSE_ALL_COMPILE_WORKERS={choice!r}: expected 'processes' or 'threads'")
+    return choice == "processes" and not compat.interpret_mode()
+
+
+def worker_pool():
+    """The compile worker processes (started on first use), or None when compiles run in threads."""
+    global _WORKERS
+    if not use_workers():
+        return None
+    with _POOL_LOCK:
+        if _WORKERS is None:
+            import atexit
+
+            from .compile_worker import WorkerPool
+            _WORKERS = WorkerPool(compile_threads())
+            atexit.register(_WORKERS.close)
+        return _WORKERS
+
+
+def start_workers() -> None:
+    """Start the worker processes early (they import Triton while the graph is lowered and rendered)."""
+    pool = worker_pool()
+    if pool is not None:
+        threading.Thread(target=pool.start, name="fuse-all-start-compile-workers", daemon=True).start()
 
 
 def compile_variant(fn, spec: dict, key: VariantKey, device_index: int) -> Compiled:

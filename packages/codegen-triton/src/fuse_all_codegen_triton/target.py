@@ -37,6 +37,7 @@ class TritonTarget:
                                      force_looped=force_looped, max_autotune=max_autotune)
         self._rendered: dict[int, tuple[Kernel, RenderedKernel]] = {}
         self.shared: dict[str, str] = {}   # kernel -> the kernel whose JIT function (and compiles) it uses
+        _start_compile_workers()
 
     def render(self, kernel: Kernel, program: Program | None = None) -> RenderedKernel:
         """Render (cached per kernel object; the program supplies buffer dtypes and size hints)."""
@@ -84,6 +85,17 @@ class TritonTarget:
 
     def kernel_source(self, kernel: Kernel) -> str:
         return self.render(kernel).source
+
+
+def _start_compile_workers() -> None:
+    """On a GPU, start the compile workers while the graph is rendered (compiler.start_workers)."""
+    from . import _triton_compat as compat
+    if compat.interpret_mode():
+        return
+    import torch
+    if torch.cuda.is_available():
+        from .compiler import start_workers
+        start_workers()
 
 
 def _normalized(r: RenderedKernel) -> str:

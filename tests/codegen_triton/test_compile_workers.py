@@ -1,0 +1,64 @@
+"""Triton compiles in worker processes (fuse_all_codegen_triton/compile_worker.py): the real compiler,
+for sm_90 on this GPU-less machine. A worker fills Triton's cache with exactly the entry the parent's
+own compile then finds (same key: the kernel's source, its starting line, the options), so processes and
+threads give the same kernels and the parent never compiles twice; a worker that cannot start or dies
+leaves the compile to the parent's thread."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROBE = Path(__file__).with_name("compile_workers_probe.py")
+
+
+def _probe(tmp_path, mode: str, kernels: int = 4) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(FUSE_ALL_COMPILE_WORKERS=mode, TRITON_CACHE_DIR=str(tmp_path / mode),
+               FUSE_ALL_CACHE_DIR=str(tmp_path / "fa"))
+    proc = subprocess.run([sys.executable, str(PROBE), str(kernels)], env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_workers_fill_the_cache_the_parent_then_loads(tmp_path):
+    threads, processes = _probe(tmp_path, "threads"), _probe(tmp_path, "processes")
+    assert threads["workers"] == 0 and processes["workers"] >= 1 and processes["broken"] is None
+    assert processes["hashes"] == threads["hashes"]                 # the same compiled kernels
+    assert len(processes["entries"]) == len(set(processes["hashes"])) == len(processes["entries"])
+    assert processes["entries"] == threads["entries"]               # no second entry: the parent hit it
+
+
+def test_module_text_starts_the_kernel_on_its_line():
+    from fuse_all_codegen_triton.compile_worker import module_text
+    text = module_text("@triton.jit\ndef k(x):\n    pass\n", 12)
+    assert text.splitlines()[11] == "@triton.jit"
+    with pytest.raises(ValueError):
+        module_text("@triton.jit\n", 1)
+
+
+def test_a_worker_that_cannot_start_leaves_the_compile_to_the_thread(monkeypatch, caplog):
+    from fuse_all_codegen_triton import compile_worker
+
+    def no_worker():
+        raise OSError("no processes here")
+    monkeypatch.setattr(compile_worker, "_Worker", no_worker)
+    pool = compile_worker.WorkerPool(2)
+    with caplog.at_level(logging.WARNING, logger="fuse_all"):
+        assert pool.compile(None, {}, {}, (), 4, 1, None, "") is False
+    assert "compiling Triton kernels in threads" in caplog.text and pool.broken
+
+
+def test_the_switch_is_checked(monkeypatch):
+    from fuse_all_codegen_triton import compiler
+    monkeypatch.setenv("FUSE_ALL_COMPILE_WORKERS", "fibers")
+    with pytest.raises(ValueError, match="processes"):
+        compiler.use_workers()
+    monkeypatch.setenv("FUSE_ALL_COMPILE_WORKERS", "threads")
+    assert compiler.use_workers() is False
