@@ -307,8 +307,21 @@ def _pow(g, a, b):
             return pointwise(g, lambda x: op("mul", (x, x), x.dtype), a, compute=result_dtype(a, b))
         if b == 1:
             return pointwise(g, lambda x: x, a, compute=result_dtype(a, b))
-        if b == 0.5 and dtypes.is_float(result_dtype(a, b)):
-            return pointwise(g, unary("sqrt"), a, compute=result_dtype(a, b))
+        # ATen's pow_tensor_scalar special cases, the same arithmetic (GPT-2's tanh GELU has x ** 3: a
+        # vector powf there was most of the kernel's time, and goes scalar for negative bases in libmvec)
+        if b == 3:
+            return pointwise(g, lambda x: op("mul", (op("mul", (x, x), x.dtype), x), x.dtype), a,
+                             compute=result_dtype(a, b))
+        if dtypes.is_float(result_dtype(a, b)):
+            if b == 0.5:
+                return pointwise(g, unary("sqrt"), a, compute=result_dtype(a, b))
+            if b == -0.5:
+                return pointwise(g, unary("rsqrt"), a, compute=result_dtype(a, b))
+            if b == -1:
+                return pointwise(g, unary("reciprocal"), a, compute=result_dtype(a, b))
+            if b == -2:
+                return pointwise(g, lambda x: op("reciprocal", (op("mul", (x, x), x.dtype),), x.dtype), a,
+                                 compute=result_dtype(a, b))
     dt = result_dtype(a, b)
     if not dtypes.is_float(dt) and isinstance(b, Value):
         raise Unsupported("integer pow with tensor exponent")
