@@ -14,7 +14,7 @@ Loop structure (see README for the measurements behind the choices):
 * tiny kernels (< PARALLEL_MIN_WORK elements) run without OpenMP: waking threads costs more than the work.
   With symbolic sizes the decision is an ``if(parallel: ...)`` clause evaluated at run time.
 
-Kernels are first normalised (`normalize.py`): size-1 dims dropped, contiguous dims merged.
+Kernels are first normalised (`fuse_all_ir.normalize`): size-1 dims dropped, contiguous dims merged.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from fuse_all_ir.symbolic import rvar, xvar
 
 from . import rules
 from .index_printer import c_name, cpp_expr_type, cpp_index
-from .normalize import affine_stride, normalize
+from fuse_all_ir.normalize import normalize
 from .reuse import plan_reuse
 
 MAX_TILE = 1024                # columns per tile in tiled reductions (fewer when threads need the work)
@@ -277,6 +277,8 @@ class KernelRenderer:
 
     def pointwise(self) -> None:
         k = self.k
+        if k.tiling is not None and k.tiling.kind == "transpose":
+            return self.tiled_pointwise()
         (loop,) = k.loops
         n = len(k.outer)
         clause = self.parallel_clause(_numel(k.outer))
@@ -293,6 +295,33 @@ class KernelRenderer:
         for stmt in loop.body:
             self.statement(stmt)
         for _ in range(max(n, 1)):
+            self.close()
+
+    def tiled_pointwise(self) -> None:
+        """The kernel's `TilePlan`: blocks of (y, x) points, x innermost (the stores' contiguous dim, the
+        simd loop) and y next (the dim the disagreeing loads walk contiguously). A block's lines of every
+        operand stay in L1 while it is walked, so each line read from memory is used whole."""
+        k, plan = self.k, self.k.tiling
+        (loop,) = k.loops
+        y, x = plan.y_dim, plan.x_dim
+        block_y, block_x = plan.block
+        rest = [i for i in range(len(k.outer)) if i not in (y, x)]
+        clause = self.parallel_clause(_numel(k.outer))
+        if clause is not None:
+            self.emit(f"#pragma omp parallel for collapse({len(rest) + 2}){clause}")
+        for i in rest:
+            self.open(f"for (int64_t {xvar(i)} = 0; {xvar(i)} < {cpp_index(k.outer[i])}; ++{xvar(i)})")
+        size_y, size_x = cpp_index(k.outer[y]), cpp_index(k.outer[x])
+        self.open(f"for (int64_t fa_y0 = 0; fa_y0 < {size_y}; fa_y0 += {block_y})", comment="tiles")
+        self.open(f"for (int64_t fa_x0 = 0; fa_x0 < {size_x}; fa_x0 += {block_x})")
+        self.emit(f"const int64_t fa_y1 = fa_y0 + {block_y} < ({size_y}) ? fa_y0 + {block_y} : ({size_y});")
+        self.emit(f"const int64_t fa_x1 = fa_x0 + {block_x} < ({size_x}) ? fa_x0 + {block_x} : ({size_x});")
+        self.open(f"for (int64_t {xvar(y)} = fa_y0; {xvar(y)} < fa_y1; ++{xvar(y)})")
+        self.emit("#pragma omp simd")
+        self.open(f"for (int64_t {xvar(x)} = fa_x0; {xvar(x)} < fa_x1; ++{xvar(x)})")
+        for stmt in loop.body:
+            self.statement(stmt)
+        for _ in range(len(rest) + 4):
             self.close()
 
     def use_split(self) -> bool:
@@ -324,18 +353,13 @@ class KernelRenderer:
             self.close()
 
     def use_tiles(self) -> bool:
-        """Tile when the reduction walks memory with a stride but the innermost outer dim is contiguous
-        (a column sum, `grad.sum(0)`): then the vector loop runs across columns, not down a column."""
+        """The kernel's plan is a column reduction (a column sum, `grad.sum(0)`: the reduction walks memory
+        with a stride, the innermost outer dim is contiguous): then the vector loop runs across columns,
+        not down a column. Not for argmax/argmin (their position has no array accumulator here)."""
         k = self.k
-        if not k.outer or any(isinstance(s, Reduce) and s.op in ("argmax", "argmin") for s in k.statements()):
+        if any(isinstance(s, Reduce) and s.op in ("argmax", "argmin") for s in k.statements()):
             return False
-        last_x, last_r = xvar(len(k.outer) - 1), rvar(len(k.reduction) - 1)
-        accesses = [s for s in k.statements() if isinstance(s, (Load, Store))]
-        x_strides = [affine_stride(s.index, last_x) for s in accesses]
-        if any(st is None or st not in (0, 1) for st in x_strides) or 1 not in x_strides:
-            return False
-        reduction_loads = [s for loop in k.loops if loop.over_reduction for s in loop.body if isinstance(s, Load)]
-        return any(affine_stride(s.index, last_r) != 1 for s in reduction_loads)
+        return k.tiling is not None and k.tiling.kind == "column"
 
     def tiled_reduction(self) -> None:
         """Outer points in tiles of columns; accumulators are arrays, the simd loop runs over the tile's

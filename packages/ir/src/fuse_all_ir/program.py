@@ -19,6 +19,9 @@ Kernel semantics, which every codegen implements exactly:
   the integer functions `FloorDiv` / `ModularIndexing` from `fuse_all_ir.symbolic`. They are element
   offsets from the tensor's data pointer (`tensor.data_ptr()`, which already includes its storage offset).
   Index variables and size symbols are int64 in every target.
+* `tiling` (a `fuse_all_ir.tiling.TilePlan`, or None) says how to walk the space, never what is computed:
+  a 2-D tile of two outer dims when loads and stores disagree on the contiguous dim, or a column
+  reduction. Codegens render it; the semantics above hold whatever the walk.
 * Arguments of `Compute` already have the dtype the op needs (the lowering inserts casts); ``cast``
   converts its one argument to the statement's dtype. Comparisons and logical ops yield ``bool``.
 """
@@ -137,6 +140,7 @@ class Kernel:
     size_symbols: tuple[sympy.Symbol, ...]  # int64 arguments after the buffers, in this order
     origins: tuple[Origin, ...] = ()
     fused_nodes: tuple[str, ...] = ()    # names of the IR nodes fused into it (for the report)
+    tiling: Any = None                   # tiling.TilePlan: how codegens walk accesses that disagree on order
 
     @property
     def kind(self) -> str:
