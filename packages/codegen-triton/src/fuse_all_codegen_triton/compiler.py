@@ -18,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 from . import _triton_compat as compat
+from .configs import BLOCK_NAMES
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
@@ -66,7 +67,7 @@ def signature(fn, spec: dict, int64: bool) -> dict:
 
 
 def constexpr_values(fn, config: dict) -> dict:
-    return {name: config[name] for name in fn.arg_names if name in ("XBLOCK", "RBLOCK")}
+    return {name: config[name] for name in fn.arg_names if name in BLOCK_NAMES}
 
 
 def divisible_params(spec: dict, key: VariantKey) -> tuple[int, ...]:

@@ -120,17 +120,20 @@ def _transpose_dims(kernel: Kernel, check_extent: bool = True) -> tuple[int, int
 
 
 def is_column_reduction(kernel: Kernel) -> bool:
-    """The reduction's loads walk memory with a stride along the innermost reduction dim, but with stride
-    1 along the innermost outer dim (and no access walks that dim with another stride)."""
+    """The reduction phases' loads walk the innermost outer dim contiguously (stride 1) and the innermost
+    reduction dim with a stride, and none walks the reduction contiguously. Stores may walk either (a
+    norm over the channels of an NCHW tensor written back channels-last still reads columns)."""
     if not kernel.reduction or not kernel.outer:
         return False
     last_x, last_r = xvar(len(kernel.outer) - 1), rvar(len(kernel.reduction) - 1)
     accesses = [s for s in kernel.statements() if isinstance(s, (Load, Store))]
-    x_strides = [affine_stride(s.index, last_x) for s in accesses]
-    if any(st is None or st not in (0, 1) for st in x_strides) or 1 not in x_strides:
+    if any(affine_stride(s.index, last_x) is None for s in accesses):
         return False
-    reduction_loads = [s for loop in kernel.loops if loop.over_reduction for s in loop.body if isinstance(s, Load)]
-    return any(affine_stride(s.index, last_r) != 1 for s in reduction_loads)
+    loads = [s for loop in kernel.loops if loop.over_reduction for s in loop.body if isinstance(s, Load)]
+    along_r = [affine_stride(s.index, last_r) for s in loads]
+    if any(st == 1 for st in along_r):
+        return False
+    return any(affine_stride(s.index, last_x) == 1 and st != 0 for s, st in zip(loads, along_r))
 
 
 def plan_tiling(kernel: Kernel) -> Kernel:
