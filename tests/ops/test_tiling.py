@@ -26,6 +26,9 @@ def _plans(fn, inputs, codegen, dynamic=None) -> list[str]:
 TRANSPOSED = {
     "t_add": (lambda x, y: x.t() + y, lambda: (make((37, 1029)), make((1029, 37)))),
     "t_add_square": (lambda x, y: x.t() + y, lambda: (make((64, 64)), make((64, 64)))),
+    # a stride of 256 elements: the C++ tile is 64 x 128 (full and partial blocks)
+    "t_add_aliasing_stride": (lambda x, y: x.t() - y, lambda: (make((300, 256)), make((256, 300)))),
+    "batched_transpose": (lambda x, y: x.transpose(1, 2) * y, lambda: (make((3, 70, 40)), make((3, 40, 70)))),
     "permute_3d": (lambda x: x.permute(2, 0, 1).contiguous() * 2, lambda: (make((19, 33, 40)),)),
     "nchw_to_nhwc": (lambda x: x.permute(0, 2, 3, 1).contiguous(), lambda: (make((2, 24, 5, 7)),)),
     "channels_last_to_contiguous": (lambda x: x.contiguous() + 1,
@@ -79,3 +82,14 @@ COLUMNS = {
 def test_column_reductions(case, codegen):
     fn, inputs = COLUMNS[case]
     assert "column" in _plans(fn, inputs(), codegen)
+
+
+def test_cpp_full_blocks_transpose_in_registers():
+    """The C++ tile stages the transposed operand of a full block through 8x8 register transposes (4-byte
+    types), 2-byte types through a plain copy; odd sizes leave partial blocks on the direct path."""
+    for case, staged in (("t_add_aliasing_stride", "fa_transpose8x8_b32("), ("half_transposed", "fa_tb0[fa_j * ")):
+        fn, inputs = TRANSPOSED[case]
+        _plans(fn, inputs(), "cpp")
+        (graph,) = fuse_all.compiled_graphs()
+        source = "\n".join(graph.kernel_sources.values())
+        assert staged in source and "// a full block" in source and "else {" in source
