@@ -72,8 +72,8 @@ COLUMNS = {
         lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
         lambda: (make((4, 24, 5, 7)).to(memory_format=torch.channels_last), make((24,)), make((24,)))),
     "layernorm_over_channels_nchw": (
-        lambda x: F.layer_norm(x.permute(0, 2, 3, 1), (24,)).permute(0, 3, 1, 2),
-        lambda: (make((2, 24, 6, 5)),)),
+        lambda x, w, b: F.layer_norm(x.permute(0, 2, 3, 1), (24,), w, b).permute(0, 3, 1, 2),
+        lambda: (make((2, 24, 6, 5)), make((24,)), make((24,)))),
 }
 
 

@@ -126,7 +126,7 @@ def _transpose_dims(kernel: Kernel, check_extent: bool = True) -> tuple[int, int
 
 def is_column_reduction(kernel: Kernel) -> bool:
     """The reduction phases' loads walk the innermost outer dim contiguously (stride 1) and the innermost
-    reduction dim with a stride, and none walks the reduction contiguously. Stores may walk either (a
+    reduction dim with a stride, and none that moves along x walks the reduction contiguously. Stores may walk either (a
     norm over the channels of an NCHW tensor written back channels-last still reads columns)."""
     if not kernel.reduction or not kernel.outer:
         return False
@@ -134,7 +134,10 @@ def is_column_reduction(kernel: Kernel) -> bool:
     accesses = [s for s in kernel.statements() if isinstance(s, (Load, Store))]
     if any(affine_stride(s.index, last_x) is None for s in accesses):
         return False
-    loads = [s for loop in kernel.loops if loop.over_reduction for s in loop.body if isinstance(s, Load)]
+    # loads that do not move along x (a LayerNorm's weight, indexed by r alone) are the same for every
+    # column: read once per row of a tile, they decide nothing
+    loads = [s for loop in kernel.loops if loop.over_reduction for s in loop.body
+             if isinstance(s, Load) and affine_stride(s.index, last_x) != 0]
     along_r = [affine_stride(s.index, last_r) for s in loads]
     if any(st == 1 for st in along_r):
         return False
