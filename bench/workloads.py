@@ -97,6 +97,43 @@ def causal_attention(device: str, batch: int, heads: int, seq: int, head_dim: in
     return _inference(attention, (q, k, v), tol=1e-4)
 
 
+# ------------------------------------------------------------------------- layouts that disagree (tiling)
+# Kernels whose operands walk different dims contiguously (fuse_all_ir.tiling): a 2-D tile keeps every
+# operand's reads whole. min_bytes: each input read once, the output written once.
+def transposed_add(device: str, n: int) -> Instance:
+    x, y = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    return _inference(lambda x, y: x.t() + y, (x, y), min_bytes=3 * 4 * n * n)
+
+
+def permuted_copy(device: str, n: int, c: int, h: int, w: int) -> Instance:
+    """NCHW -> NHWC as a copy (what a channels-last conversion does)."""
+    x = torch.randn(n, c, h, w, device=device)
+    return _inference(lambda x: x.permute(0, 2, 3, 1).contiguous(), (x,), min_bytes=2 * 4 * n * c * h * w)
+
+
+def sum_dim0(device: str, rows: int, cols: int) -> Instance:
+    x = torch.randn(rows, cols, device=device)
+    # a sum of `rows` terms: float32 rounding grows with sqrt(rows) relative to the column's scale
+    return _inference(lambda x: x.sum(0), (x,), min_bytes=4 * (rows * cols + cols), tol=1e-4)
+
+
+def layernorm_over_channels(device: str, n: int, c: int, h: int, w: int) -> Instance:
+    """LayerNorm over the channels of an NCHW tensor (as ConvNeXt-style blocks do): the reduction walks C
+    with a stride of H*W, the contiguous dim is W."""
+    ln = torch.nn.LayerNorm(c, device=device)
+    x = torch.randn(n, c, h, w, device=device)
+    return _inference(lambda x: ln(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2), (x,),
+                      min_bytes=4 * (2 * n * c * h * w + 2 * c), tol=1e-4)
+
+
+def batchnorm_channels_last(device: str, n: int, c: int, h: int, w: int) -> Instance:
+    """Training-mode BatchNorm statistics on a channels-last tensor: per channel over N*H*W, C contiguous."""
+    weight, bias = torch.randn(c, device=device), torch.randn(c, device=device)
+    x = torch.randn(n, c, h, w, device=device).to(memory_format=torch.channels_last)
+    return _inference(lambda x: F.batch_norm(x, None, None, weight, bias, training=True), (x,),
+                      min_bytes=4 * (2 * n * c * h * w + 2 * c), tol=1e-4)
+
+
 # ------------------------------------------------------------------------------------------------- models
 # Deep nets with random weights: float32 rounding differs wherever a compiler reorders a reduction or fuses
 # (e.g. batch norm folded into one multiply-add), and the differences grow through ~50-100 layers. 1e-3 of
@@ -234,6 +271,18 @@ WORKLOADS: dict[str, Callable[[str], Instance]] = {
     "gelu_tanh_4096x3072": P(gelu_tanh, rows=4096, cols=3072),
     "layernorm_4096x768": P(layernorm, rows=4096, hidden=768),
     "causal_attention_1x12x256x64": P(causal_attention, batch=1, heads=12, seq=256, head_dim=64),
+    # 256 MB per tensor on the GPU (issue 11), a few MB to a few tens of MB on CPU (issue 17)
+    "transposed_add_1024": P(transposed_add, n=1024),
+    "transposed_add_4096": P(transposed_add, n=4096),
+    "transposed_add_8192": P(transposed_add, n=8192),
+    "permuted_copy_8x64x128x128": P(permuted_copy, n=8, c=64, h=128, w=128),
+    "permuted_copy_64x256x64x64": P(permuted_copy, n=64, c=256, h=64, w=64),
+    "sum_dim0_4096x4096": P(sum_dim0, rows=4096, cols=4096),
+    "sum_dim0_8192x8192": P(sum_dim0, rows=8192, cols=8192),
+    "layernorm_channels_8x64x64x64": P(layernorm_over_channels, n=8, c=64, h=64, w=64),
+    "layernorm_channels_64x256x64x64": P(layernorm_over_channels, n=64, c=256, h=64, w=64),
+    "batchnorm_channels_last_8x64x64x64": P(batchnorm_channels_last, n=8, c=64, h=64, w=64),
+    "batchnorm_channels_last_64x256x64x64": P(batchnorm_channels_last, n=64, c=256, h=64, w=64),
     "resnet50_1x3x64x64": P(resnet50, batch=1, channels=3, height=64, width=64),
     "resnet50_cl_1x3x64x64": P(resnet50_channels_last, batch=1, size=64),
     "mobilenet_v2_1x3x128x128": P(mobilenet_v2, batch=1, size=128),
@@ -262,6 +311,12 @@ CPU_MICRO_SET = ["pw_cos_sin_1e4", "softmax_16384x4096", "gelu_tanh_4096x3072", 
 CUDA_SET = ["pw_cos_sin_1e4", "pw_cos_sin_2e28", "softmax_16384x4096", "add_layernorm_gelu_4096x768",
             "resnet50_1x3x64x64", "resnet50_1x3x224x224", "resnet50_64x3x224x224", "bert_1x12", "bert_32x128",
             "resnext101_64x3x7x7", "resnext101_32x3x224x224", "train_resnet50_32x224", "train_bert_8x128"]
+
+
+TILING_CPU_SET = ["transposed_add_1024", "transposed_add_4096", "permuted_copy_8x64x128x128", "sum_dim0_4096x4096",
+                  "layernorm_channels_8x64x64x64", "batchnorm_channels_last_8x64x64x64"]
+TILING_CUDA_SET = ["transposed_add_8192", "permuted_copy_64x256x64x64", "sum_dim0_8192x8192",
+                   "layernorm_channels_64x256x64x64", "batchnorm_channels_last_64x256x64x64"]
 
 
 def build(name: str, device: str, seed: int = 0) -> Instance:

@@ -7,6 +7,7 @@ from typing import Callable, NamedTuple
 import sympy
 import torch
 
+from fuse_all_ir.tiling import plan_tiling
 from fuse_all_ir import (
     Alloc, BufferRef, GraphInput, Kernel, KernelCall, Loop, Program, TensorSpec, contiguous_strides,
 )
@@ -30,7 +31,9 @@ def spec(dtype: str, size, stride=None, device="cpu") -> TensorSpec:
 def program(name: str, device: str, inputs: dict[str, TensorSpec], outputs: dict[str, TensorSpec],
             kernels: list[Kernel], temps: dict[str, TensorSpec] | None = None,
             size_symbols: dict | None = None, size_hints: dict | None = None) -> Program:
-    """A program that allocates every output and temporary, runs `kernels` in order and returns outputs."""
+    """A program that allocates every output and temporary, runs `kernels` in order and returns outputs.
+    Each kernel gets its tile plan as kernelgen gives it (`fuse_all_ir.tiling.plan_tiling`)."""
+    kernels = [plan_tiling(k) for k in kernels]
     temps = temps or {}
     buffers = {**temps, **outputs}
     steps = [Alloc(b) for b in buffers] + [KernelCall(k.name) for k in kernels]

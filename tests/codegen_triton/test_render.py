@@ -1,6 +1,8 @@
 """What the renderer writes: the readable kernel text users see, layouts, masks, index dtypes, CSE."""
 from __future__ import annotations
 
+import dataclasses
+
 import sympy
 import torch
 
@@ -122,8 +124,30 @@ def test_index_printer_and_origins():
 
 
 def test_outer_dims_derived_from_xindex():
-    text = target().kernel_source(ke.broadcast_add_transposed("cpu").program.kernels["kernel_0"])
+    kernel = ke.broadcast_add_transposed("cpu").program.kernels["kernel_0"]
+    text = target().kernel_source(dataclasses.replace(kernel, tiling=None))   # as one flat block
     assert "x0 = xindex // s1" in text and "x1 = xindex % s1" in text
+
+
+def test_transpose_plan_renders_a_2d_tile():
+    """a.T + b (a column-major): a [YBLOCK, XBLOCK] tile, y down the dim `a` walks contiguously, x along
+    the output's rows; one program per tile, the grid from both dims' sizes."""
+    from fuse_all_codegen_triton.render import render_kernel
+    kernel = ke.broadcast_add_transposed("cpu").program.kernels["kernel_0"]
+    assert (kernel.tiling.kind, kernel.tiling.y_dim, kernel.tiling.x_dim) == ("transpose", 0, 1)
+    rendered = render_kernel(kernel, hints={ke.s0: 37, ke.s1: 53})
+    text = rendered.source
+    assert "XBLOCK: tl.constexpr, YBLOCK: tl.constexpr" in text and "tile y=x0 x=x1" in text
+    assert "yindex = ((pid // xtiles) % ytiles) * YBLOCK + tl.arange(0, YBLOCK)[:, None]" in text
+    assert "xindex = (pid % xtiles) * XBLOCK + tl.arange(0, XBLOCK)[None, :]" in text
+    assert "x0 = yindex" in text and "x1 = xindex" in text
+    assert any(f"tl.load(in_ptr0 + ({index}), ymask & xmask)" in text    # contiguous down axis 0
+               for index in ("x1*s0 + x0", "s0*x1 + x0", "x0 + s0*x1"))
+    assert "tl.load(in_ptr1 + (x1), xmask)" in text                    # the broadcast row: x only
+    from fuse_all_codegen_triton.configs import grid_source
+    config = rendered.spec["configs"][0]
+    grid = eval(f"lambda s0, s1: {grid_source(rendered.spec, config)}")   # noqa: S307
+    assert grid(37, 53) == -(-37 // config["YBLOCK"]) * -(-53 // config["XBLOCK"])
 
 
 def test_configs_small_and_big():

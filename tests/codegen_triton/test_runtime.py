@@ -118,6 +118,21 @@ def test_fast_launcher_direct_launch(tmp_path, fake_gpu, monkeypatch):
                          0, 512, 10_000, 1024)]
 
 
+def test_fast_launcher_grid_of_a_transpose_tile(tmp_path, fake_gpu):
+    """a.T + b over (s0, s1) in [YBLOCK, XBLOCK] tiles: one program per tile, both block sizes passed."""
+    from fuse_all_codegen_triton import TritonTarget
+    example = ke.broadcast_add_transposed("cpu")
+    module = load_host_program(render_host_program(example.program, TritonTarget()), str(tmp_path))
+    kernel = module.kernel_0_launcher
+    config = kernel.configs[0]
+    first = (FakeTensor(4096), FakeTensor(8192), FakeTensor(16384), 48, 80)
+    run = prepare(kernel, fake_gpu, first)
+    run(*first)
+    tiles = -(-48 // config["YBLOCK"]) * -(-80 // config["XBLOCK"])
+    assert fake_gpu["runner"] == [(tiles, 1, 1, 1234, "FUNC", "META", None, None, None, 4096, 8192, 16384, 48, 80,
+                                   config["XBLOCK"], config["YBLOCK"])]
+
+
 def test_interpreter_uses_the_heuristic_config_and_int64_twin(tmp_path):
     kernel = cos_sin_kernel(tmp_path)
     x = torch.randn(100)

@@ -14,7 +14,7 @@ Loop structure (see README for the measurements behind the choices):
 * tiny kernels (< PARALLEL_MIN_WORK elements) run without OpenMP: waking threads costs more than the work.
   With symbolic sizes the decision is an ``if(parallel: ...)`` clause evaluated at run time.
 
-Kernels are first normalised (`normalize.py`): size-1 dims dropped, contiguous dims merged.
+Kernels are first normalised (`fuse_all_ir.normalize`): size-1 dims dropped, contiguous dims merged.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from fuse_all_ir.vocabulary import is_float, is_positional
 
 from . import rules
 from .index_printer import c_name, cpp_expr_type, cpp_index
-from .normalize import affine_stride, normalize
+from fuse_all_ir.normalize import affine_stride, normalize
 from .reuse import plan_reuse
 
 MAX_TILE = 1024                # columns per tile in tiled reductions (fewer when threads need the work)
@@ -62,6 +62,14 @@ def _numel(sizes) -> sympy.Expr:
     return sympy.Mul(*[sympy.sympify(s) for s in sizes]) if sizes else sympy.Integer(1)
 
 
+FOUR_BYTE_TYPES = ("float", "int32_t", "uint32_t")
+
+
+def _loop_symbol(name: str) -> sympy.Symbol:
+    """A loop counter of the rendered code, in an index expression."""
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
 def _hint(expr, size_hints) -> int:
     return size_hint(expr, size_hints, DEFAULT_SIZE_HINT)
 
@@ -78,6 +86,7 @@ class KernelRenderer:
         self.depth = 0
         self.arrays: set[str] = set()               # values held per column of a tile (tiled reductions)
         self.reused: dict[str, tuple[int, str]] = {}  # value -> (scratch id, earlier value): see reuse.py
+        self.staged: dict[str, str] = {}            # load -> where a tile block staged it (tiled_pointwise)
 
     # -- output helpers
     def emit(self, line: str) -> None:
@@ -102,7 +111,7 @@ class KernelRenderer:
     # -- statements
     def statement(self, stmt) -> None:
         if isinstance(stmt, Load):
-            ptr = f"{c_name(stmt.buffer)}[{cpp_index(stmt.index)}]"
+            ptr = self.staged.get(stmt.name) or f"{c_name(stmt.buffer)}[{cpp_index(stmt.index)}]"
             buf_dtype = self.buffers[stmt.buffer]
             value = rules.LOAD_CONVERT.get(buf_dtype, "{}").format(ptr)
             value = rules.render_cast(value, buf_dtype, stmt.dtype)
@@ -268,6 +277,8 @@ class KernelRenderer:
 
     def pointwise(self) -> None:
         k = self.k
+        if k.tiling is not None and k.tiling.kind == "transpose":
+            return self.tiled_pointwise()
         (loop,) = k.loops
         n = len(k.outer)
         clause = self.parallel_clause(_numel(k.outer))
@@ -285,6 +296,85 @@ class KernelRenderer:
             self.statement(stmt)
         for _ in range(max(n, 1)):
             self.close()
+
+    def tiled_pointwise(self) -> None:
+        """The kernel's `TilePlan`: blocks of (y, x) points, x innermost (the stores' contiguous dim, the
+        simd loop) and y next (the dim the disagreeing loads walk contiguously).
+
+        Walking a block directly, each disagreeing load reads one element from each of BLOCK_X lines per
+        row, and with a power-of-two stride those lines share one L1 set (1024x1024: 32 lines 4 KB apart,
+        more than its ways): they are evicted before the next row uses them. So a full block first copies
+        those operands into a local [y][x] buffer, reading them along y (whole lines, one after another),
+        and the block then reads every operand contiguously along x."""
+        k, plan = self.k, self.k.tiling
+        (loop,) = k.loops
+        y, x = plan.y_dim, plan.x_dim
+        block_y, block_x = plan.block
+        rest = [i for i in range(len(k.outer)) if i not in (y, x)]
+        clause = self.parallel_clause(_numel(k.outer))
+        if clause is not None:
+            self.emit(f"#pragma omp parallel for collapse({len(rest) + 2}){clause}")
+        for i in rest:
+            self.open(f"for (int64_t {xvar(i)} = 0; {xvar(i)} < {cpp_index(k.outer[i])}; ++{xvar(i)})")
+        size_y, size_x = cpp_index(k.outer[y]), cpp_index(k.outer[x])
+        self.open(f"for (int64_t fa_y0 = 0; fa_y0 < {size_y}; fa_y0 += {block_y})", comment="tiles")
+        self.open(f"for (int64_t fa_x0 = 0; fa_x0 < {size_x}; fa_x0 += {block_x})")
+        self.emit(f"const int64_t fa_y1 = fa_y0 + {block_y} < ({size_y}) ? fa_y0 + {block_y} : ({size_y});")
+        self.emit(f"const int64_t fa_x1 = fa_x0 + {block_x} < ({size_x}) ? fa_x0 + {block_x} : ({size_x});")
+        staged = self.staged_loads(loop.body, xvar(y), xvar(x))
+        if staged:
+            self.open(f"if (fa_y1 - fa_y0 == {block_y} && fa_x1 - fa_x0 == {block_x})", comment="a full block")
+            for n, load in enumerate(staged):
+                self.emit(f"alignas(64) {rules.storage_type(self.buffers[load.buffer])} fa_tb{n}[{block_y * block_x}];")
+                at = cpp_index(load.index.xreplace({xvar(y): _loop_symbol("fa_y0") + _loop_symbol("fa_j"),
+                                                    xvar(x): _loop_symbol("fa_x0") + _loop_symbol("fa_i")}))
+                in_registers = (rules.storage_type(self.buffers[load.buffer]) in FOUR_BYTE_TYPES
+                                and block_x % 8 == 0 and block_y % 8 == 0)
+                step = 8 if in_registers else 1
+                self.open(f"for (int64_t fa_i = 0; fa_i < {block_x}; fa_i += {step})")
+                self.open(f"for (int64_t fa_j = 0; fa_j < {block_y}; fa_j += {step})")
+                if in_registers:   # 8x8 blocks transposed in vector registers (tiles.h)
+                    stride = cpp_index(affine_stride(load.index, xvar(x), {xvar(y), xvar(x)}))
+                    self.emit(f"fa_transpose8x8_b32(&{c_name(load.buffer)}[{at}], {stride}, "
+                              f"&fa_tb{n}[fa_j * {block_x} + fa_i], {block_x});")
+                else:
+                    self.emit(f"fa_tb{n}[fa_j * {block_x} + fa_i] = {c_name(load.buffer)}[{at}];")
+                self.close()
+                self.close()
+            self.staged = {load.name: f"fa_tb{n}[({xvar(y)} - fa_y0) * {block_x} + ({xvar(x)} - fa_x0)]"
+                           for n, load in enumerate(staged)}
+            self.block_loops(loop.body, xvar(y), xvar(x), plan.block)
+            self.staged = {}
+            self.close()
+            self.open("else")
+        self.block_loops(loop.body, xvar(y), xvar(x))
+        if staged:
+            self.close()
+        for _ in range(len(rest) + 2):
+            self.close()
+
+    def block_loops(self, body, var_y, var_x, full: tuple[int, int] | None = None) -> None:
+        """The block's points; a `full` block's loops have constant trip counts (short vector loops without
+        a remainder to test for: a 32-wide row is two AVX-512 vectors)."""
+        end_y, end_x = (f"fa_y0 + {full[0]}", f"fa_x0 + {full[1]}") if full else ("fa_y1", "fa_x1")
+        self.open(f"for (int64_t {var_y} = fa_y0; {var_y} < {end_y}; ++{var_y})")
+        self.emit("#pragma omp simd")
+        self.open(f"for (int64_t {var_x} = fa_x0; {var_x} < {end_x}; ++{var_x})")
+        for stmt in body:
+            self.statement(stmt)
+        self.close()
+        self.close()
+
+    @staticmethod
+    def staged_loads(body, var_y, var_x) -> list:
+        """Loads that walk y contiguously and x with a stride (unmasked: a mask is a value of the body)."""
+        out = []
+        for stmt in body:
+            if isinstance(stmt, Load) and stmt.mask is None:
+                along_x = affine_stride(stmt.index, var_x, {var_y, var_x})
+                if affine_stride(stmt.index, var_y, {var_y, var_x}) == 1 and along_x not in (None, 0):
+                    out.append(stmt)
+        return out
 
     def use_split(self) -> bool:
         outer = _hint(_numel(self.k.outer), self.size_hints)
@@ -315,18 +405,13 @@ class KernelRenderer:
             self.close()
 
     def use_tiles(self) -> bool:
-        """Tile when the reduction walks memory with a stride but the innermost outer dim is contiguous
-        (a column sum, `grad.sum(0)`): then the vector loop runs across columns, not down a column."""
+        """The kernel's plan is a column reduction (a column sum, `grad.sum(0)`: the reduction walks memory
+        with a stride, the innermost outer dim is contiguous): then the vector loop runs across columns,
+        not down a column. Not for argmax/argmin (their position has no array accumulator here)."""
         k = self.k
-        if not k.outer or any(isinstance(s, Reduce) and is_positional(s.op) for s in k.statements()):
+        if any(isinstance(s, Reduce) and is_positional(s.op) for s in k.statements()):
             return False
-        last_x, last_r = xvar(len(k.outer) - 1), rvar(len(k.reduction) - 1)
-        accesses = [s for s in k.statements() if isinstance(s, (Load, Store))]
-        x_strides = [affine_stride(s.index, last_x) for s in accesses]
-        if any(st is None or st not in (0, 1) for st in x_strides) or 1 not in x_strides:
-            return False
-        reduction_loads = [s for loop in k.loops if loop.over_reduction for s in loop.body if isinstance(s, Load)]
-        return any(affine_stride(s.index, last_r) != 1 for s in reduction_loads)
+        return k.tiling is not None and k.tiling.kind == "column"
 
     def tiled_reduction(self) -> None:
         """Outer points in tiles of columns; accumulators are arrays, the simd loop runs over the tile's
@@ -473,6 +558,16 @@ def prelude() -> str:
     return _prelude_template().replace("// @MATH_DECLARATIONS@", decls)
 
 
+@functools.lru_cache(None)
+def tile_helpers() -> str:
+    """tiles.h: what transpose-tiled kernels call (`fa_transpose8x8_b32`)."""
+    return (Path(__file__).with_name("tiles.h")).read_text()
+
+
+def helper_sources(kernels: list[str]) -> list[str]:
+    return [tile_helpers()] if any("fa_transpose8x8_b32(" in k for k in kernels) else []
+
+
 def render_kernel(kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None) -> str:
     """One kernel as an `extern "C"` C++ function (needs the prelude of `render_translation_unit`)."""
     return KernelRenderer(kernel, buffer_dtypes, size_hints).render()
@@ -481,7 +576,6 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, s
 def render_translation_unit(program: Program) -> str:
     """All kernels of `program` in one C++ source: compiled by one compiler call."""
     dtypes = program.buffer_dtypes()
-    parts = [f"// fuse-all: graph {program.graph_id}", prelude()]
-    for kernel in program.kernels.values():
-        parts.append(render_kernel(kernel, dtypes, program.size_hints))
+    kernels = [render_kernel(kernel, dtypes, program.size_hints) for kernel in program.kernels.values()]
+    parts = [f"// fuse-all: graph {program.graph_id}", prelude(), *helper_sources(kernels), *kernels]
     return "\n\n".join(parts) + "\n"

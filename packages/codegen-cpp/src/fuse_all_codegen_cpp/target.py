@@ -11,7 +11,7 @@ import re
 from fuse_all_ir import kernel_sharing
 from fuse_all_ir.program import Kernel, Program
 
-from .render import c_name, prelude, render_kernel
+from .render import helper_sources, c_name, prelude, render_kernel
 
 
 def _py_string(text: str) -> str:
@@ -39,7 +39,8 @@ class CppTarget:
         # one C++ function per distinct kernel (kernel_sharing): repeated blocks compile once
         self.shared = kernel_sharing.share(sources, lambda name: _normalized(c_name(name), sources[name]))
         unique = [text for name, text in sources.items() if self.shared[name] == name]
-        source = "\n\n".join([f"// fuse-all: graph {program.graph_id}", prelude(), *unique]) + "\n"
+        head = [f"// fuse-all: graph {program.graph_id}", prelude(), *helper_sources(unique)]
+        source = "\n\n".join([*head, *unique]) + "\n"
         lines = [
             "from fuse_all_codegen_cpp import load_library as _fa_load_library",
             "",

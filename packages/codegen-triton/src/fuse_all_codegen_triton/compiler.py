@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 from fuse_all_ir import compile_timing
 
 from . import _triton_compat as compat
+from .configs import BLOCK_NAMES
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
@@ -70,7 +71,7 @@ def signature(fn, spec: dict, int64: bool) -> dict:
 
 
 def constexpr_values(fn, config: dict) -> dict:
-    return {name: config[name] for name in fn.arg_names if name in ("XBLOCK", "RBLOCK")}
+    return {name: config[name] for name in fn.arg_names if name in BLOCK_NAMES}
 
 
 def divisible_params(spec: dict, key: VariantKey) -> tuple[int, ...]:

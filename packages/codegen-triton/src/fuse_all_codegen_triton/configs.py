@@ -1,4 +1,4 @@
-"""Launch configurations (XBLOCK, RBLOCK, num_warps, num_stages) per kernel kind.
+"""Launch configurations (XBLOCK, YBLOCK, RBLOCK, num_warps, num_stages) per kernel kind, and the grid.
 
 Each function returns candidates, the heuristic's pick first. Heuristic-only mode launches the first one;
 autotuning benchmarks them all on the first call. The lists are short on purpose: every candidate is one
@@ -145,5 +145,68 @@ def looped_configs(xnumel: int, rnumel: int, inner_contiguous: bool, max_autotun
     return _dedupe(configs)
 
 
-def grid_size(xnumel: int, config: dict) -> int:
-    return (xnumel + config["XBLOCK"] - 1) // config["XBLOCK"]
+# The block sizes a kernel takes as `tl.constexpr` parameters, in parameter order (each only if its
+# configs have it: XBLOCK always, YBLOCK for 2-D tiles, RBLOCK for reductions).
+BLOCK_NAMES = ("XBLOCK", "YBLOCK", "RBLOCK")
+
+
+def block_constants(config: dict) -> list[int]:
+    return [config[name] for name in BLOCK_NAMES if name in config]
+
+
+def default_grid(xnumel: str) -> str:
+    """The grid of a 1-D launch over `xnumel` points (a Python expression over the size arguments), as a
+    template for `grid_source`."""
+    return f"(({xnumel}) + {{XBLOCK}} - 1) // {{XBLOCK}}"
+
+
+def grid_source(spec: dict, config: dict) -> str:
+    """The number of programs for `config`: a Python expression over the kernel's size arguments."""
+    template = spec.get("grid") or default_grid(spec["xnumel"])
+    return template.format(**{name: config.get(name, 1) for name in BLOCK_NAMES})
+
+
+def tiled_configs(ynumel: int, xnumel: int, max_autotune: bool = False) -> list[dict]:
+    """2-D tiles (YBLOCK x XBLOCK) of a transpose-tiled pointwise kernel. Each side of a 32 x 32 float32
+    tile is 128 bytes per row or column: one full memory transaction per warp-row on both the loads that
+    walk y and the stores that walk x (Inductor's first 2-D tile too); larger tiles keep more bytes in
+    flight per program on big tensors. A dim known to be short gives its share to the other."""
+    def fit(block_y, block_x):
+        y = max(1, min(block_y, next_power_of_2(ynumel)))
+        x = max(1, min(block_x * block_y // y, next_power_of_2(xnumel)))
+        y = max(1, min(block_y * block_x // x, next_power_of_2(ynumel)))
+        return y, x
+
+    def cfg(block_y, block_x, warps):
+        y, x = fit(block_y, block_x)
+        return {"XBLOCK": int(x), "YBLOCK": int(y), "num_warps": int(warps), "num_stages": 1}
+
+    n = ynumel * xnumel
+    if n < BIG_POINTWISE and not max_autotune:
+        return [cfg(32, 32, 4)]
+    configs = [cfg(64, 64, 8), cfg(32, 32, 4), cfg(64, 32, 4), cfg(32, 64, 4)]
+    if n >= HUGE_POINTWISE or max_autotune:
+        configs += [cfg(128, 64, 8), cfg(64, 128, 8)]
+    if max_autotune:
+        configs += [cfg(16, 256, 8), cfg(256, 16, 8), cfg(128, 128, 16)]
+    return _dedupe(configs)
+
+
+def column_configs(xnumel: int, rnumel: int, max_autotune: bool = False, rblock: int | None = None) -> list:
+    """Looped column reductions (`TilePlan` "column": the contiguous dim is x): XBLOCK columns side by side
+    (the coalesced dim; Triton's layout puts the contiguous axis across lanes), RBLOCK rows per step. At
+    least 16 columns (64 bytes of float32 per row: two full sectors), fewer columns and more rows per step
+    while that leaves too few programs to fill the GPU."""
+    r = rblock or min(64, next_power_of_2(rnumel))
+    x = max(1, min(64, next_power_of_2(xnumel)))
+    while x > 16 and (xnumel + x - 1) // x < 2 * MIN_PROGRAMS:
+        x //= 2
+    configs = [_cfg(x, r, _warps_for(x * r, 2, 8))]
+    if rblock is None and xnumel * rnumel >= BIG_POINTWISE:
+        configs += [_cfg(x, max(1, min(r * 2, next_power_of_2(rnumel))), 8),
+                    _cfg(max(1, min(x * 2, next_power_of_2(xnumel))), max(1, r // 2), 4)]
+        if x > 16:
+            configs.append(_cfg(max(16, x // 2), min(128, next_power_of_2(rnumel)), 8))
+    if max_autotune and rblock is None:
+        configs += [_cfg(min(128, next_power_of_2(xnumel)), max(1, r // 4), 8), _cfg(x, r, 4, 2)]
+    return _dedupe(configs)

@@ -2,6 +2,10 @@
 
 Layouts (see `fuse_all_ir.program` for the semantics being implemented):
 * pointwise: one flat ``xindex`` block of XBLOCK points over the outer space; x0.. derived by div/mod.
+* tiled (the kernel's `TilePlan` is a transpose tile): a [YBLOCK, XBLOCK] block of the plan's two dims,
+  ``yindex`` down axis 0 (the dim the disagreeing loads walk contiguously) and ``xindex`` along axis 1
+  (the stores' contiguous dim), so both sides read and write whole segments; every other outer dim is
+  one scalar per program (``zindex``). One program per tile, x tiles fastest.
 * reduction: a [XBLOCK, RBLOCK] tile, rows = outer points, columns = reduction points.
   - persistent (RBLOCK >= rnumel, concrete rnumel): every phase is straight-line code on the whole row,
     so a value loaded or computed in one phase is reused by later ones (CSE across phases: softmax loads
@@ -22,13 +26,13 @@ import sympy
 
 from fuse_all_ir.host import py_index
 from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Reduce, Store
-from fuse_all_ir.symbolic import rvar, size_hint, xvar
+from fuse_all_ir.symbolic import size_hint
 from fuse_all_ir.vocabulary import compute_dtype, is_float, is_positional
 
 from . import configs as cfgs
 from . import reductions as red
 from ._triton_compat import pointer_type
-from .indexing import (DEFAULT_SIZE_HINT, choose_index_dtype, derive_index_vars, families, stride_along, triton_expr_type,
+from .indexing import (DEFAULT_SIZE_HINT, choose_index_dtype, derive_index_vars, families, triton_expr_type,
                        triton_index)
 from .rules import literal, render_cast, render_compute, tl_type
 
@@ -57,6 +61,21 @@ class _Value(NamedTuple):
     fam: frozenset
 
 
+def _tile_dims(kernel: Kernel) -> tuple[int, int] | None:
+    plan = kernel.tiling
+    return (plan.y_dim, plan.x_dim) if plan is not None and plan.kind == "transpose" else None
+
+
+def _grid(kernel: Kernel, mode: str, xnumel) -> str:
+    """The grid template (see configs.grid_source)."""
+    if mode != "tiled":
+        return cfgs.default_grid(py_index(xnumel))
+    y, x = _tile_dims(kernel)
+    rest = sympy.Mul(*[n for i, n in enumerate(kernel.outer) if i not in (y, x)])
+    return (f"({py_index(rest)}) * ((({py_index(kernel.outer[y])}) + {{YBLOCK}} - 1) // {{YBLOCK}})"
+            f" * ((({py_index(kernel.outer[x])}) + {{XBLOCK}} - 1) // {{XBLOCK}})")
+
+
 def render_kernel(kernel: Kernel, buffer_dtypes: dict | None = None, hints: dict | None = None,
                   options: RenderOptions | None = None) -> RenderedKernel:
     options = options or RenderOptions()
@@ -76,6 +95,7 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict | None = None, hints: dict
         "sizes": [str(s) for s in kernel.size_symbols],
         "size_type": "i32" if index_dtype == "int32" else "i64",
         "xnumel": py_index(xnumel),
+        "grid": _grid(kernel, mode, xnumel),
         "rnumel": py_index(rnumel) if kernel.reduction else None,
         "int32_guard": guard,
         "configs": _configs(kernel, mode, xnumel, rnumel, hints, options),
@@ -92,12 +112,20 @@ def _loaded(kernel: Kernel) -> set:
     return {st.buffer for st in kernel.statements() if isinstance(st, Load)}
 
 
+# A column reduction keeps the row in registers only when it is this short: a long persistent column
+# leaves room for a single column per program (no coalescing); looped, XBLOCK columns walk the rows.
+PERSISTENT_MAX_COLUMN = 256
+
+
 def _mode(kernel: Kernel, options: RenderOptions) -> str:
     if not kernel.reduction:
-        return "pointwise"
+        return "tiled" if _tile_dims(kernel) is not None else "pointwise"
     rnumel = sympy.Mul(*kernel.reduction)
+    limit = options.persistent_max_rnumel
+    if _is_column(kernel):
+        limit = min(limit, PERSISTENT_MAX_COLUMN)
     if (not options.force_looped and rnumel.is_number and options.rblock is None
-            and int(rnumel) <= options.persistent_max_rnumel):
+            and int(rnumel) <= limit):
         return "persistent"
     return "looped"
 
@@ -106,28 +134,25 @@ def _size_hint(expr, hints) -> int:
     return size_hint(expr, hints, DEFAULT_SIZE_HINT)
 
 
-def _inner_contiguous(kernel: Kernel) -> bool:
-    """Whether the reduction's loads are contiguous along r (row reductions) rather than along x."""
-    if not kernel.reduction:
-        return True
-    r_last = rvar(len(kernel.reduction) - 1)
-    x_last = xvar(len(kernel.outer) - 1) if kernel.outer else None
-    inner = outer = 0
-    for st in kernel.statements():
-        if isinstance(st, Load) and "r" in families(st.index):
-            inner += stride_along(st.index, r_last) == 1
-            outer += x_last is not None and stride_along(st.index, x_last) == 1
-    return inner >= outer
+def _is_column(kernel: Kernel) -> bool:
+    """The kernel's plan: a column reduction (contiguous along the last outer dim, strided along r)."""
+    return kernel.tiling is not None and kernel.tiling.kind == "column"
 
 
 def _configs(kernel, mode, xnumel, rnumel, hints, options: RenderOptions) -> list:
     x = max(1, _size_hint(xnumel, hints))
     if mode == "pointwise":
         return cfgs.pointwise_configs(x, options.max_autotune, dynamic=not sympy.sympify(xnumel).is_number)
+    if mode == "tiled":
+        y_dim, x_dim = _tile_dims(kernel)
+        return cfgs.tiled_configs(max(1, _size_hint(kernel.outer[y_dim], hints)),
+                                  max(1, _size_hint(kernel.outer[x_dim], hints)), options.max_autotune)
     r = max(1, _size_hint(rnumel, hints))
-    inner = _inner_contiguous(kernel)
+    inner = not _is_column(kernel)
     if mode == "persistent":
         return cfgs.persistent_configs(x, r, inner, options.max_autotune)
+    if not inner:
+        return cfgs.column_configs(x, r, options.max_autotune, options.rblock)
     return cfgs.looped_configs(x, r, inner, options.max_autotune, options.rblock)
 
 
@@ -137,7 +162,10 @@ class _Writer:
 
     def __init__(self, kernel: Kernel, dtypes: dict, index_dtype: str, mode: str):
         self.k, self.dtypes, self.idx64, self.mode = kernel, dtypes, index_dtype == "int64", mode
-        self.two_d = mode != "pointwise"
+        self.two_d = mode in ("persistent", "looped")
+        self.tile = _tile_dims(kernel) if mode == "tiled" else None
+        # tiled: the plan's dims are the block's two axes; every other outer dim is a scalar per program
+        self.tile_family = {} if self.tile is None else {f"x{self.tile[0]}": "y", f"x{self.tile[1]}": "x"}
         self.lines: list[str] = []
         self.depth = 1
         self.values: dict[str, _Value] = {}
@@ -168,13 +196,21 @@ class _Writer:
             self.load_keys.setdefault(buffer, []).append((self.scopes[-1], expr))
         return name
 
+    def families(self, expr) -> frozenset:
+        if self.tile is None:
+            return families(expr)
+        names = {s.name for s in sympy.sympify(expr).free_symbols}
+        return frozenset(f for name, f in self.tile_family.items() if name in names)
+
     def shape(self, fam: frozenset) -> str:
+        if self.tile is not None:
+            return f"[{'YBLOCK' if 'y' in fam else 1}, {'XBLOCK' if 'x' in fam else 1}]"
         if not self.two_d:
             return "[XBLOCK]" if fam else "[1]"
         return f"[{'XBLOCK' if 'x' in fam else 1}, {'RBLOCK' if 'r' in fam else 1}]"
 
     def mask(self, fam: frozenset, extra: str | None = None) -> str | None:
-        parts = [m for f, m in (("x", "xmask"), ("r", "rmask")) if f in fam]
+        parts = [m for f, m in (("y", "ymask"), ("x", "xmask"), ("r", "rmask")) if f in fam]
         if extra is not None:
             parts.append(extra)
         return " & ".join(parts) or None
@@ -183,7 +219,7 @@ class _Writer:
         code = triton_index(index)
         # the mask/value has more families than the index, or a block mask (even of shape [1, 1]) meets a
         # fixed address: broadcast the pointer, tl.load refuses a block mask on a scalar pointer
-        if families(index) != fam or (masked and not families(index)):
+        if self.families(index) != fam or (masked and not self.families(index)):
             code = f"{code} + tl.zeros({self.shape(fam)}, tl.int32)"
         return f"{base} + ({code})"
 
@@ -192,6 +228,8 @@ class _Writer:
         k = self.k
         params = [f"in_ptr{i}" for i in range(len(k.inputs))] + [f"out_ptr{i}" for i in range(len(k.outputs))]
         params += [str(s) for s in k.size_symbols] + ["XBLOCK: tl.constexpr"]
+        if self.tile is not None:
+            params.append("YBLOCK: tl.constexpr")
         if self.two_d:
             params.append("RBLOCK: tl.constexpr")
         head = [f"def {fn_name}({', '.join(params)}):"]
@@ -208,10 +246,12 @@ class _Writer:
 
     def comment(self) -> list[str]:
         k = self.k
-        what = {"pointwise": "pointwise", "persistent": "persistent reduction",
+        what = {"pointwise": "pointwise", "tiled": "tiled pointwise", "persistent": "persistent reduction",
                 "looped": "looped reduction"}[self.mode]
         lines = [f"{INDENT}# {what} over {tuple(k.outer)}"
                  + (f" x {tuple(k.reduction)}" if k.reduction else "")
+                 + (f", tile y=x{self.tile[0]} x=x{self.tile[1]}" if self.tile else "")
+                 + (", column reduction" if _is_column(k) else "")
                  + f", {'int64' if self.idx64 else 'int32'} indexing"]
         args = [f"in_ptr{i}={b}" for i, b in enumerate(k.inputs)] + [f"out_ptr{i}={b}" for i, b in enumerate(k.outputs)]
         if args:
@@ -235,6 +275,8 @@ class _Writer:
 
     def header(self) -> None:
         k = self.k
+        if self.tile is not None:
+            return self.tiled_header()
         self.emit(f"xnumel = {triton_index(sympy.Mul(*k.outer))}")
         if self.two_d:
             self.emit(f"rnumel = {triton_index(sympy.Mul(*k.reduction))}")
@@ -246,6 +288,32 @@ class _Writer:
             self.emit(f"rbase = tl.arange(0, RBLOCK)[None, :]{'.to(tl.int64)' if self.idx64 else ''}")
         for name, expr in derive_index_vars("x", k.outer, self.used_vars("x", k.statements())):
             self.emit(f"{name} = {expr}")
+
+    def tiled_header(self) -> None:
+        k, (y, x) = self.k, self.tile
+        pid = "tl.program_id(0).to(tl.int64)" if self.idx64 else "tl.program_id(0)"
+        self.emit(f"ynumel = {triton_index(k.outer[y])}")
+        self.emit(f"xnumel = {triton_index(k.outer[x])}")
+        self.emit(f"pid = {pid}")
+        self.emit("xtiles = (xnumel + XBLOCK - 1) // XBLOCK")
+        self.emit("ytiles = (ynumel + YBLOCK - 1) // YBLOCK")
+        self.emit("xindex = (pid % xtiles) * XBLOCK + tl.arange(0, XBLOCK)[None, :]")
+        self.emit("yindex = ((pid // xtiles) % ytiles) * YBLOCK + tl.arange(0, YBLOCK)[:, None]")
+        self.emit("xmask = xindex < xnumel")
+        self.emit("ymask = yindex < ynumel")
+        used = self.used_vars("x", k.statements())
+        if f"x{x}" in used:
+            self.emit(f"x{x} = xindex")
+        if f"x{y}" in used:
+            self.emit(f"x{y} = yindex")
+        rest = [i for i in range(len(k.outer)) if i not in (y, x)]
+        if not any(f"x{i}" in used for i in rest):
+            return
+        self.emit("zindex = pid // (xtiles * ytiles)")
+        derived = dict(derive_index_vars("z", [k.outer[i] for i in rest], {f"z{j}" for j in range(len(rest))}))
+        for j, i in enumerate(rest):
+            if f"x{i}" in used:
+                self.emit(f"x{i} = {derived[f'z{j}']}")
 
     def r_prologue(self, used: set, offset: str | None = None) -> None:
         self.emit(f"rindex = {offset} + rbase" if offset else "rindex = rbase")
@@ -284,7 +352,7 @@ class _Writer:
         else:
             base = f"out_ptr{self.k.outputs.index(st.buffer)}"
         own = self.values[st.mask] if st.mask is not None else None
-        fam = families(st.index) | (own.fam if own else frozenset())
+        fam = self.families(st.index) | (own.fam if own else frozenset())
         args = [self.pointer(base, st.index, fam, masked=own is not None)]
         mask = self.mask(fam, own.code if own else None)
         if mask:
@@ -302,7 +370,7 @@ class _Writer:
     def store(self, st: Store) -> None:
         value = self.values[st.value]
         # a store of a constant to a fixed address (0-d output) still runs per lane, masked to lane 0
-        fam = families(st.index) | value.fam or frozenset({"x"})
+        fam = self.families(st.index) | value.fam or frozenset({"x"})
         base = f"out_ptr{self.k.outputs.index(st.buffer)}"
         args = [self.pointer(base, st.index, fam), value.code]
         mask = self.mask(fam)
@@ -313,7 +381,7 @@ class _Writer:
             scope.pop(key, None)
 
     def index_value(self, st: IndexValue) -> None:
-        fam = families(st.expr)
+        fam = self.families(st.expr)
         kind = triton_expr_type(st.expr)
         src = kind if kind != "int64" else ("int64" if self.idx64 else "int32")
         if not fam and st.expr.is_number:

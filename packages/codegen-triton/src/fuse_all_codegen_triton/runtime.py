@@ -22,7 +22,7 @@ import threading
 import torch
 
 from . import _triton_compat as compat
-from . import autotune
+from . import autotune, configs
 from .compiler import VariantKey, compile_variant, submit, wait_all
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,8 @@ class TritonKernel:
         sizes = ", ".join(spec["sizes"])
         self._xnumel = eval(f"lambda {sizes}: {spec['xnumel']}")   # noqa: S307 - our own rendered text
         self._rnumel = eval(f"lambda {sizes}: {spec['rnumel']}") if spec["rnumel"] else None  # noqa: S307
+        self._grids = [eval(f"lambda {sizes}: {configs.grid_source(spec, c)}")  # noqa: S307 - our own text
+                       for c in self.configs]
         guard = spec.get("int32_guard")
         self._int32_ok = eval(f"lambda {sizes}: {guard}") if guard else None  # noqa: S307
         self._futures: dict = {}
@@ -152,8 +154,7 @@ class TritonKernel:
         variants = [self._variant(i, launch_args[: self.n_ptr], sizes) for i in range(len(self.configs))]
         for variant in variants:   # whatever is missing compiles in parallel
             self._submit(variant)
-        launchers = [self._bound_launch(self.compiled(v), self.configs[v.config], launch_args, xnumel)
-                     for v in variants]
+        launchers = [self._bound_launch(self.compiled(v), v.config, launch_args, sizes) for v in variants]
         with torch.cuda.device(self.device_index):
             times = autotune.benchmark(launchers, torch.cuda.synchronize,
                                        lambda: torch.cuda.Event(enable_timing=True))
@@ -183,9 +184,9 @@ class TritonKernel:
         return VariantKey(config_index, int64, all(p % 16 == 0 for p in ptrs),
                           bool(sizes) and all(s % 16 == 0 for s in sizes))
 
-    def _bound_launch(self, compiled, config, launch_args, xnumel):
-        grid = (xnumel + config["XBLOCK"] - 1) // config["XBLOCK"]
-        consts = [config[k] for k in ("XBLOCK", "RBLOCK") if k in config]
+    def _bound_launch(self, compiled, config_index: int, launch_args, sizes):
+        grid = self._grids[config_index](*sizes)
+        consts = configs.block_constants(self.configs[config_index])
         stream = compat.stream_getter()(self.device_index)
         runner, function, metadata = compiled.runner, compiled.function, compiled.metadata
 
@@ -233,9 +234,8 @@ class TritonKernel:
                 if compiled is None:
                     compiled = self._compiled[(key, device)] = \
                         compile_variant(self._fn_for(key.int64), self.spec, key, device)
-            config = self.chosen
-            grid = ((xnumel + config["XBLOCK"] - 1) // config["XBLOCK"], 1, 1)
-            consts = [config[k] for k in ("XBLOCK", "RBLOCK") if k in config]
+            grid = (self._grids[key.config](*sizes), 1, 1)
+            consts = configs.block_constants(self.chosen)
             stream = compat.stream_getter()(device)
             enter, exit_ = compat.launch_hooks()
             meta = compiled.kernel.launch_metadata(grid, stream, *ptrs, *sizes, *consts) if enter else None
@@ -251,8 +251,8 @@ class TritonKernel:
             return
         config = self.chosen
         int64 = self.int64_only or (self._int32_ok is not None and not self._int32_ok(*sizes))
-        grid = ((xnumel + config["XBLOCK"] - 1) // config["XBLOCK"],)
-        options = {k: config[k] for k in ("XBLOCK", "RBLOCK") if k in config}
+        grid = (self._grids[self.configs.index(config)](*sizes),)
+        options = {k: config[k] for k in configs.BLOCK_NAMES if k in config}
         if not self.interpret:   # the interpreter takes no compile options
             options.update(num_warps=config["num_warps"], num_stages=config.get("num_stages", 1))
         self._fn_for(int64)[grid](*args, **options)
@@ -280,8 +280,7 @@ def _launcher_source(name: str, spec: dict, config: dict, device_index: int, div
     n_ptr = len(spec["pointers"])
     ptrs = [f"a{i}" for i in range(n_ptr)]
     sizes = list(spec["sizes"])
-    consts = [str(config[k]) for k in ("XBLOCK", "RBLOCK") if k in config]
-    block = config["XBLOCK"]
+    consts = [str(c) for c in configs.block_constants(config)]
     lines = [f"def {name}({', '.join((['stream'] if on_stream else []) + ptrs + sizes)}):"]
     if sizes:
         lines += [f"    xnumel = {spec['xnumel']}", "    if xnumel <= 0:", "        return"]
@@ -300,9 +299,9 @@ def _launcher_source(name: str, spec: dict, config: dict, device_index: int, div
     if slow:
         lines += [f"    if {' or '.join(slow)}:", f"        return general({', '.join(ptrs + sizes)})"]
     call_args = ", ".join([f"p{i}" for i in range(n_ptr)] + sizes + consts)
-    blocks = f"(xnumel + {block - 1}) // {block}"
+    blocks = configs.grid_source(spec, config)
     if not sizes:   # concrete: fold the grid into a literal
-        blocks = str((int(eval(spec["xnumel"])) + block - 1) // block)   # noqa: S307 - a literal
+        blocks = str(int(eval(blocks)))   # noqa: S307 - a literal
     grid = f"{blocks}, 1, 1, {'stream' if on_stream else f'get_stream({device_index})'}, function"
     if direct_extra is not None:   # Triton's C launch function, see _triton_compat.direct_launch
         extra = ", ".join(repr(v) for v in direct_extra)

@@ -111,7 +111,7 @@ class FusionPass:
         if self._creates_cycle(group, node):
             return "fusing would create a cycle through another kernel or ATen call", None
         try:
-            kernel = KernelBuilder(merged, self.nodes, merged.names, "probe").build()
+            kernel = KernelBuilder(merged, self.nodes, merged.names, "probe").build(tile=False)
         except IllegalFusion as exc:
             return str(exc), None
         veto = choices.should_fuse(group, node, kernel)

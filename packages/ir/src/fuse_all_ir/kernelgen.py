@@ -14,6 +14,7 @@ from .indexing import simplify_index
 from .nodes import E, Node
 from .program import Compute, Const, IndexValue, Kernel, Load, Loop, Reduce, Store
 from .symbolic import free_size_symbols, rvar, xvar
+from .tiling import plan_tiling
 from .lowerings_view import _mask_loads
 
 
@@ -109,7 +110,8 @@ class KernelBuilder:
             depth[m.name] = d
         return depth
 
-    def build(self) -> Kernel:
+    def build(self, tile: bool = True) -> Kernel:
+        """The kernel; with `tile`, also its `TilePlan` (fusion's legality probes skip that)."""
         phases = self._phases()
         loops = []
         for (over_reduction, depth), members in phases:
@@ -121,7 +123,8 @@ class KernelBuilder:
                 loops.append(Loop(over_reduction, self.body))
         if not self.group.reduction:
             loops = [Loop(False, [s for loop in loops for s in loop.body])]
-        return self._kernel(loops)
+        kernel = self._kernel(loops)
+        return plan_tiling(kernel) if tile else kernel
 
     def _phases(self):
         """Members by phase: scalar0, red0, scalar1, red1, ... A reduction's stored result goes into the

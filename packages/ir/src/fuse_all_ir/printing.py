@@ -55,6 +55,8 @@ def format_kernel(kernel: Kernel) -> str:
     out = [f"{kernel.name}: {kernel.kind} outer {list(kernel.outer)}"
            + (f" reduction {list(kernel.reduction)}" if kernel.reduction else "")
            + f"  reads {list(kernel.inputs)} writes {list(kernel.outputs)}"]
+    if kernel.tiling is not None:
+        out.append(f"    tiling: {kernel.tiling.describe()}")
     for loop in kernel.loops:
         out.append("    for r:" if loop.over_reduction else "    per x:")
         for s in loop.body:

@@ -21,6 +21,9 @@ Kernel semantics, which every codegen implements exactly:
   Index variables and size symbols are int64 in every target.
 * Dtypes, ops and reductions are the names of `vocabulary.py` (`DType`, `Op`, `ReductionOp`: str enums, so
   plain strings are accepted too); its tables say which dtype classes each op is emitted on.
+* `tiling` (a `fuse_all_ir.tiling.TilePlan`, or None) says how to walk the space, never what is computed:
+  a 2-D tile of two outer dims when loads and stores disagree on the contiguous dim, or a column
+  reduction. Codegens render it; the semantics above hold whatever the walk.
 * Arguments of `Compute` already have the dtype the op needs (the lowering inserts casts); ``cast``
   converts its one argument to the statement's dtype. Comparisons and logical ops yield ``bool``.
 """
@@ -133,6 +136,7 @@ class Kernel:
     size_symbols: tuple[sympy.Symbol, ...]  # int64 arguments after the buffers, in this order
     origins: tuple[Origin, ...] = ()
     fused_nodes: tuple[str, ...] = ()    # names of the IR nodes fused into it (for the report)
+    tiling: Any = None                   # tiling.TilePlan: how codegens walk accesses that disagree on order
 
     @property
     def kind(self) -> KernelKind:

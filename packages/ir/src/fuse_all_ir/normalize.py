@@ -13,8 +13,8 @@ import dataclasses
 
 import sympy
 
-from fuse_all_ir.program import IndexValue, Kernel, Load, Loop, Store
-from fuse_all_ir.symbolic import rvar, xvar
+from .program import IndexValue, Kernel, Load, Loop, Store
+from .symbolic import rvar, xvar
 
 
 def _index_of(stmt):
@@ -106,4 +106,7 @@ def _integral(expr) -> bool:
 
 
 def normalize(kernel: Kernel) -> Kernel:
+    plan = kernel.tiling
+    if plan is not None and plan.kind == "transpose":
+        return kernel   # normalised when planned (tiling.plan_tiling): its dims are the plan's
     return merge(squeeze(kernel))
