@@ -11,7 +11,7 @@ import re
 from fuse_all_ir import kernel_sharing
 from fuse_all_ir.program import Kernel, Program
 
-from .render import helper_sources, c_name, prelude, render_kernel
+from .render import c_name, helper_sources, prelude, render_kernel
 
 
 def _py_string(text: str) -> str:
