@@ -9,7 +9,7 @@ Loop structure (see README for the measurements behind the choices):
 * reduction, few outer points (a full reduction to a scalar, a handful of rows): outer points run in
   order and each reduction phase is split over threads along ``r0``; per-thread partials are combined in
   thread order afterwards (deterministic, and argmax keeps the first occurrence).
-* reduction down a strided dim (column sums): tiles of up to MAX_TILE columns, array accumulators, the simd
+* reduction down a strided dim (column sums): tiles of up to `max_tile` columns, array accumulators, the simd
   loop across the contiguous columns inside the reduction loop.
 * tiny kernels (< PARALLEL_MIN_WORK elements) run without OpenMP: waking threads costs more than the work.
   With symbolic sizes the decision is an ``if(parallel: ...)`` clause evaluated at run time.
@@ -19,7 +19,6 @@ Kernels are first normalised (`normalize.py`): size-1 dims dropped, contiguous d
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import sympy
@@ -28,25 +27,19 @@ from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Progra
 from fuse_all_ir.symbolic import rvar, xvar
 
 from . import rules
+from .choices import CppChoices
+from .choices import numel as _numel, size_hint as _hint
 from .index_printer import c_name, cpp_expr_type, cpp_index
-from .normalize import affine_stride, normalize
+from .normalize import normalize
 from .reuse import plan_reuse
 
-MAX_TILE = 1024                # columns per tile in tiled reductions (fewer when threads need the work)
 PARALLEL_MIN_WORK = 32768      # below this many element-steps a kernel runs on the calling thread
-SPLIT_MIN_REDUCTION = 8192     # a reduction this long is worth splitting over threads ...
-DEFAULT_SIZE_HINT = 8192       # ... (symbols without a hint are assumed this large)
 # Float sums accumulate per block of this many elements (each vector lane SUM_BLOCK / 16 of them in a row
 # with AVX-512), then the block sums pairwise: a 1e8-element sum stays within eager's cascade-sum error.
 # Each block ends in a horizontal add of the lanes: 1e6-element in-cache sum, 1 thread: 32.7 us before,
 # 36.3 us with 4096-element blocks, 33.7 with 8192, 32.9 with 16384 (same errors as 4096 on the programs
 # of scripts/reduction_precision.py).
 SUM_BLOCK = 16384
-
-
-def split_max_outer() -> int:
-    """Reductions with fewer outer points than this split the reduction itself over threads."""
-    return 2 * (os.cpu_count() or 1)
 
 
 def _value(name: str) -> str:
@@ -57,22 +50,14 @@ def is_float_sum(r: Reduce) -> bool:
     return r.op == "sum" and rules.dtype_class(r.dtype) == "float"
 
 
-def _numel(sizes) -> sympy.Expr:
-    return sympy.Mul(*[sympy.sympify(s) for s in sizes]) if sizes else sympy.Integer(1)
-
-
-def _hint(expr, size_hints) -> int:
-    expr = sympy.sympify(expr)
-    subs = {s: size_hints.get(s, DEFAULT_SIZE_HINT) for s in expr.free_symbols}
-    return int(expr.subs(subs))
-
-
 # ---- the kernel walker ----------------------------------------------------------------------------------
 
 class KernelRenderer:
-    def __init__(self, kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None):
+    def __init__(self, kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None,
+                 choices: CppChoices | None = None):
         self.k = kernel = normalize(kernel)
         self.size_hints = size_hints or {}
+        self.shape = (choices or CppChoices()).choose_kernel_shape(kernel, self.size_hints)
         self.dtypes: dict[str, str] = {}            # value name -> IR dtype
         self.buffers = dict(buffer_dtypes or {})    # buffer name -> IR dtype
         for stmt in kernel.statements():
@@ -258,14 +243,8 @@ class KernelRenderer:
             params.append(f"{rules.storage_type(self.buffers[name])}* {restrict}{c_name(name)}")
         params += [f"int64_t {c_name(s.name)}" for s in k.size_symbols]
         self.open(f'extern "C" void {c_name(k.name)}({", ".join(params)})')
-        if not k.reduction:
-            self.pointwise()
-        elif self.use_split():
-            self.split_reduction()
-        elif self.use_tiles():
-            self.tiled_reduction()
-        else:
-            self.reduction()
+        {"pointwise": self.pointwise, "split": self.split_reduction, "tiled": self.tiled_reduction,
+         "rows": self.reduction}[self.shape.kind]()
         self.close()
         return "\n".join(self.lines)
 
@@ -295,11 +274,6 @@ class KernelRenderer:
         for _ in range(max(n, 1)):
             self.close()
 
-    def use_split(self) -> bool:
-        outer = _hint(_numel(self.k.outer), self.size_hints)
-        red = _hint(_numel(self.k.reduction), self.size_hints)
-        return outer < split_max_outer() and red >= SPLIT_MIN_REDUCTION
-
     def reduction(self) -> None:
         k = self.k
         n = len(k.outer)
@@ -323,31 +297,18 @@ class KernelRenderer:
         for _ in range(max(n, 1)):
             self.close()
 
-    def use_tiles(self) -> bool:
-        """Tile when the reduction walks memory with a stride but the innermost outer dim is contiguous
-        (a column sum, `grad.sum(0)`): then the vector loop runs across columns, not down a column."""
-        k = self.k
-        if not k.outer or any(isinstance(s, Reduce) and s.op in ("argmax", "argmin") for s in k.statements()):
-            return False
-        last_x, last_r = xvar(len(k.outer) - 1), rvar(len(k.reduction) - 1)
-        accesses = [s for s in k.statements() if isinstance(s, (Load, Store))]
-        x_strides = [affine_stride(s.index, last_x) for s in accesses]
-        if any(st is None or st not in (0, 1) for st in x_strides) or 1 not in x_strides:
-            return False
-        reduction_loads = [s for loop in k.loops if loop.over_reduction for s in loop.body if isinstance(s, Load)]
-        return any(affine_stride(s.index, last_r) != 1 for s in reduction_loads)
-
     def tiled_reduction(self) -> None:
         """Outer points in tiles of columns; accumulators are arrays, the simd loop runs over the tile's
         columns inside the reduction loops. Wide tiles read rows sequentially (4096x1024 column sum: 2.9 ms
         with 32-column tiles, 0.45 ms with whole rows), but every thread needs a tile: see fa_tile_width."""
         k = self.k
         n = len(k.outer)
+        max_tile = self.shape.get("max_tile")
         clause = self.parallel_clause(_numel(k.outer) * _numel(k.reduction))
         pragma = None if clause is None else f"#pragma omp parallel for{f' collapse({n})' if n > 1 else ''}{clause}"
         width = cpp_index(k.outer[-1])
         rows = cpp_index(_numel(k.outer[:-1]))
-        self.emit(f"const int64_t fa_tw = fa_tile_width({width}, {rows}, {MAX_TILE});")
+        self.emit(f"const int64_t fa_tw = fa_tile_width({width}, {rows}, {max_tile});")
         self.outer_loops(n - 1, pragma)
         if n == 1 and pragma:
             self.emit(pragma)
@@ -359,7 +320,7 @@ class KernelRenderer:
                     self.statement(stmt)            # the same for every column: a scalar
                 elif isinstance(stmt, Reduce) or (not loop.over_reduction and not isinstance(stmt, Store)):
                     self.arrays.add(stmt.name)
-                    self.emit(f"{rules.compute_type(stmt.dtype)} {_value(stmt.name)}[{MAX_TILE}];")
+                    self.emit(f"{rules.compute_type(stmt.dtype)} {_value(stmt.name)}[{max_tile}];")
 
         def column_loop(body):
             self.emit("#pragma omp simd")
@@ -380,7 +341,7 @@ class KernelRenderer:
                 self.open(comment="column sums: levels of 64 rows")
                 self.emit("int64_t fa_rows = 0;")
                 for r in sums:
-                    self.emit(f"{rules.compute_type(r.dtype)} fa_lv_{_value(r.name)}[FA_TILE_LEVELS - 1][{MAX_TILE}];")
+                    self.emit(f"{rules.compute_type(r.dtype)} fa_lv_{_value(r.name)}[FA_TILE_LEVELS - 1][{max_tile}];")
             if reduces:
                 self.open("for (int64_t fa_j = 0; fa_j < fa_w; ++fa_j)")
                 for r in reduces:
@@ -395,13 +356,13 @@ class KernelRenderer:
             if sums:
                 self.open(f"if ((++fa_rows & ((1 << FA_TILE_LEVEL_BITS) - 1)) == 0)")
                 for r in sums:
-                    self.emit(f"fa_tile_flush({_value(r.name)}, fa_lv_{_value(r.name)}[0], {MAX_TILE}, fa_w, fa_rows);")
+                    self.emit(f"fa_tile_flush({_value(r.name)}, fa_lv_{_value(r.name)}[0], {max_tile}, fa_w, fa_rows);")
                 self.close()
             for _ in k.reduction:
                 self.close()
             if sums:
                 for r in sums:
-                    self.emit(f"fa_tile_total({_value(r.name)}, fa_lv_{_value(r.name)}[0], {MAX_TILE}, fa_w);")
+                    self.emit(f"fa_tile_total({_value(r.name)}, fa_lv_{_value(r.name)}[0], {max_tile}, fa_w);")
                 self.close()
         self.arrays.clear()
         for _ in range(n):
@@ -488,15 +449,17 @@ def program_buffer_dtypes(program: Program) -> dict[str, str]:
     return dtypes
 
 
-def render_kernel(kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None) -> str:
-    """One kernel as an `extern "C"` C++ function (needs the prelude of `render_translation_unit`)."""
-    return KernelRenderer(kernel, buffer_dtypes, size_hints).render()
+def render_kernel(kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None,
+                  choices: CppChoices | None = None) -> str:
+    """One kernel as an `extern "C"` C++ function (needs the prelude of `render_translation_unit`);
+    `choices` picks its shape (`CppChoices.choose_kernel_shape`)."""
+    return KernelRenderer(kernel, buffer_dtypes, size_hints, choices).render()
 
 
-def render_translation_unit(program: Program) -> str:
+def render_translation_unit(program: Program, choices: CppChoices | None = None) -> str:
     """All kernels of `program` in one C++ source: compiled by one compiler call."""
     dtypes = program_buffer_dtypes(program)
     parts = [f"// fuse-all: graph {program.graph_id}", prelude()]
     for kernel in program.kernels.values():
-        parts.append(render_kernel(kernel, dtypes, program.size_hints))
+        parts.append(render_kernel(kernel, dtypes, program.size_hints, choices))
     return "\n\n".join(parts) + "\n"

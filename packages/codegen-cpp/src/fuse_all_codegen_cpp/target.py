@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fuse_all_ir.program import Kernel, Program
 
+from .choices import CppChoices
 from .render import c_name, program_buffer_dtypes, render_kernel, render_translation_unit
 
 
@@ -19,18 +20,20 @@ def _py_string(text: str) -> str:
 
 
 class CppTarget:
+    """`choices`: fusion heuristics and kernel shapes (default `CppChoices()`)."""
     language = "cpp"
 
-    def __init__(self):
+    def __init__(self, choices: CppChoices | None = None):
+        self.choices = choices if choices is not None else CppChoices()
         self._sources: dict[int, tuple[Kernel, str]] = {}   # id(kernel) -> (kernel, its C++ function)
 
     def render_prelude(self, program: Program) -> str:
         if not program.kernels:
             return "# no C++ kernels in this graph"     # don't pay a compiler call for an empty TU
-        source = render_translation_unit(program)
+        source = render_translation_unit(program, self.choices)
         dtypes = program_buffer_dtypes(program)
         for kernel in program.kernels.values():
-            self._sources[id(kernel)] = (kernel, render_kernel(kernel, dtypes, program.size_hints))
+            self._sources[id(kernel)] = (kernel, render_kernel(kernel, dtypes, program.size_hints, self.choices))
         lines = [
             "from fuse_all_codegen_cpp import load_library as _fa_load_library",
             "",
@@ -49,4 +52,4 @@ class CppTarget:
 
     def kernel_source(self, kernel: Kernel) -> str:
         kept = self._sources.get(id(kernel))
-        return kept[1] if kept is not None and kept[0] is kernel else render_kernel(kernel)
+        return kept[1] if kept is not None and kept[0] is kernel else render_kernel(kernel, choices=self.choices)

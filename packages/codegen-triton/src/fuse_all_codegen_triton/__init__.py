@@ -7,6 +7,7 @@
     outputs = module.call(inputs)
 """
 from .__about__ import __version__
+from .choices import TritonChoices
 from .runtime import TritonKernel
 from .target import TritonTarget
 
@@ -29,4 +30,4 @@ def unsupported_device(device: str) -> str | None:
     return None
 
 
-__all__ = ["__version__", "TritonTarget", "TritonKernel", "wait_compiled", "unsupported_device"]
+__all__ = ["__version__", "TritonTarget", "TritonChoices", "TritonKernel", "wait_compiled", "unsupported_device"]

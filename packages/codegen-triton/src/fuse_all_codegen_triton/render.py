@@ -15,7 +15,7 @@ pointer when the mask or value has more families than the index.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import sympy
@@ -26,6 +26,7 @@ from fuse_all_ir.symbolic import rvar, xvar
 
 from . import configs as cfgs
 from . import reductions as red
+from .choices import TritonChoices
 from ._triton_compat import pointer_type
 from .indexing import (choose_index_dtype, derive_index_vars, families, stride_along, triton_expr_type,
                        triton_index)
@@ -36,10 +37,8 @@ INDENT = "    "
 
 @dataclass
 class RenderOptions:
-    persistent_max_rnumel: int = 8192   # reductions up to this (concrete) size keep the row in registers
-    rblock: int | None = None           # force RBLOCK of looped reductions (tests use tiny values)
-    force_looped: bool = False
-    max_autotune: bool = False
+    choices: TritonChoices = field(default_factory=TritonChoices)   # kernel shapes (persistent / looped)
+    max_autotune: bool = False          # a wider space of candidate configs
 
 
 @dataclass
@@ -62,7 +61,8 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict | None = None, hints: dict
     hints = hints or {}
     dtypes = _buffer_dtypes(kernel, buffer_dtypes or {})
     index_dtype, guard = choose_index_dtype(kernel, hints)
-    mode = _mode(kernel, options)
+    shape = options.choices.choose_kernel_shape(kernel, hints)
+    mode = shape.kind
     source = _Writer(kernel, dtypes, index_dtype, mode).render(kernel.name)
     source_int64 = None
     if guard is not None:   # sizes are symbolic: keep an int64 twin for sizes past 2**31
@@ -77,7 +77,7 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict | None = None, hints: dict
         "xnumel": py_index(xnumel),
         "rnumel": py_index(rnumel) if kernel.reduction else None,
         "int32_guard": guard,
-        "configs": _configs(kernel, mode, xnumel, rnumel, hints, options),
+        "configs": _configs(kernel, shape, xnumel, rnumel, hints, options),
         "n_inputs": len(kernel.inputs),
         # outputs whose old contents the kernel reads (in place): benchmarking must not run on them
         "mutated": [i for i, b in enumerate(kernel.outputs) if b in kernel.inputs or b in _loaded(kernel)],
@@ -89,16 +89,6 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict | None = None, hints: dict
 
 def _loaded(kernel: Kernel) -> set:
     return {st.buffer for st in kernel.statements() if isinstance(st, Load)}
-
-
-def _mode(kernel: Kernel, options: RenderOptions) -> str:
-    if not kernel.reduction:
-        return "pointwise"
-    rnumel = sympy.Mul(*kernel.reduction)
-    if (not options.force_looped and rnumel.is_number and options.rblock is None
-            and int(rnumel) <= options.persistent_max_rnumel):
-        return "persistent"
-    return "looped"
 
 
 def _buffer_dtypes(kernel: Kernel, known: dict) -> dict:
@@ -139,7 +129,8 @@ def _inner_contiguous(kernel: Kernel) -> bool:
     return inner >= outer
 
 
-def _configs(kernel, mode, xnumel, rnumel, hints, options: RenderOptions) -> list:
+def _configs(kernel, shape, xnumel, rnumel, hints, options: RenderOptions) -> list:
+    mode = shape.kind
     x = max(1, _size_hint(xnumel, hints))
     if mode == "pointwise":
         return cfgs.pointwise_configs(x, options.max_autotune)
@@ -147,7 +138,7 @@ def _configs(kernel, mode, xnumel, rnumel, hints, options: RenderOptions) -> lis
     inner = _inner_contiguous(kernel)
     if mode == "persistent":
         return cfgs.persistent_configs(x, r, inner, options.max_autotune)
-    return cfgs.looped_configs(x, r, inner, options.max_autotune, options.rblock)
+    return cfgs.looped_configs(x, r, inner, options.max_autotune, shape.get("rblock"))
 
 
 def _literal(value, dtype: str) -> str:

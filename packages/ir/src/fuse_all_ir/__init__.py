@@ -5,6 +5,7 @@ program renderer through `KernelTarget`.
 """
 from .__about__ import __version__
 from .api import Compiled, lower, lowered_ops
+from .choices import FusionChoices, KernelShape
 from .printing import format_kernel, format_lowered, format_program
 from .dtypes import UnsupportedDtype, dtype_name, torch_dtype
 from .cache_dirs import (
@@ -25,7 +26,7 @@ from .validate import InvalidProgram, validate_kernel, validate_program
 from .symbolic import FloorDiv, ModularIndexing, rvar, size_symbol, xvar
 
 __all__ = [
-    "__version__", "Compiled", "lower", "lowered_ops", "format_kernel", "format_lowered", "format_program", "UnsupportedDtype", "dtype_name", "torch_dtype", "KernelTarget", "load_host_program",
+    "__version__", "Compiled", "lower", "lowered_ops", "FusionChoices", "KernelShape", "format_kernel", "format_lowered", "format_program", "UnsupportedDtype", "dtype_name", "torch_dtype", "KernelTarget", "load_host_program",
     "HostProgramError", "unresolved_names", "SYMPY_FUNCTIONS", "UnsupportedSymbolic",
     "render_host_program", "BINARY_OPS", "DTYPES", "OP_ARITY", "REDUCTION_OPS", "TERNARY_OPS", "UNARY_OPS",
     "Alloc", "BufferRef", "Compute", "Const", "ExternCall", "Free", "GraphInput", "IndexValue", "Kernel",

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from . import lowerings_pointwise, lowerings_reduce, lowerings_view  # noqa: F401  (register lowerings)
+from .choices import FusionChoices
 from .lowering import LOWERINGS, GraphLowering
 from .nodes import LoweredGraph
 from .program import Program
@@ -20,11 +21,12 @@ class Compiled:
 
 
 def lower(gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", device: str | None = None,
-          validate: bool | None = None) -> Compiled:
+          validate: bool | None = None, choices: FusionChoices | None = None) -> Compiled:
     """`validate`: check the Program against its contract (`validate.py`), raising `InvalidProgram`;
-    None means "when FUSE_ALL_VALIDATE=1"."""
+    None means "when FUSE_ALL_VALIDATE=1". `choices`: the fusion heuristics of the target the Program is
+    for (`KernelTarget.choices`); None: the target-neutral `FusionChoices`."""
     lowered = GraphLowering(gm, example_inputs, graph_id, device).run()
-    program = schedule(lowered)
+    program = schedule(lowered, choices)
     if validate or (validate is None and validation_requested()):
         validate_program(program)
     return Compiled(lowered, program)

@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 import sympy
 
 from .indexing import simplify_index
-from .nodes import E, Node
+from .nodes import E, Node, mask_loads
 from .program import Compute, Const, IndexValue, Kernel, Load, Loop, Reduce, Store
 from .symbolic import free_size_symbols, rvar, xvar
-from .lowerings_view import _mask_loads
 
 
 class IllegalFusion(Exception):
@@ -200,7 +199,7 @@ class KernelBuilder:
             raise IllegalFusion(f"{e.buffer} is read through a strided view inside the kernel")
         inlined = member.body(list(e.logical))
         if e.args:
-            inlined = _mask_loads(inlined, e.args[0], {})
+            inlined = mask_loads(inlined, e.args[0])
         return self.emit(inlined)
 
     def _reduced_value(self, member: Node, e: E) -> str:
