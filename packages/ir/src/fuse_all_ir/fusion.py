@@ -61,6 +61,7 @@ class FusionPass:
             if node.is_compute:
                 node.reads = expression_reads(node)
         self.order = live_nodes(lowered)
+        self.position = {n.name: i for i, n in enumerate(lowered.nodes.values())}
         self.group_of: dict[str, Group] = {}
         self.report = FusionReport()
         self.rejected_pairs: dict = {}
@@ -81,7 +82,9 @@ class FusionPass:
 
     def _fuse_into_producer(self, node: Node) -> Group | None:
         candidates = []
-        for r in node.reads:
+        # in graph order: `reads` is a set of names, whose order changes with PYTHONHASHSEED, and ties of
+        # the candidate order would then fuse differently in every process
+        for r in sorted(node.reads, key=self.position.__getitem__):
             g = self.group_of.get(r)
             if g is not None and all(g is not c for c in candidates):
                 candidates.append(g)
