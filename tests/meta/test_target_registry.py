@@ -147,3 +147,16 @@ def test_priority_decides_between_targets_claiming_one_device_type():
 def test_a_target_name_must_be_a_plain_identifier(name):
     with pytest.raises(ValueError, match="target name"):
         ir.TargetSpec(name=name, device_types=("cpu",), create=lambda options, choices: None)
+
+
+def test_discovering_the_targets_imports_no_codegen_machinery():
+    """Registrations are light: listing the targets (what `options={"codegen": ...}` checks) imports
+    neither Triton nor a renderer."""
+    import subprocess
+    import sys
+    code = ("import sys, fuse_all_ir as ir; names = ir.target_names(); "
+            "heavy = [m for m in ('triton', 'fuse_all_codegen_triton.render', 'fuse_all_codegen_cpp.render') "
+            "if m in sys.modules]; print(names, heavy)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("['cpp', 'triton'] []")
