@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from fuse_all_ir import UnsafeDirectory, atomic_write, make_private, user_cache_dir
+from fuse_all_ir import UnsafeDirectory, atomic_write, make_private, registered_targets, user_cache_dir
 
 from .__about__ import __version__
 
@@ -29,7 +29,6 @@ MAX_RECORD_BYTES = 8 * 1024 * 1024
 DIR_VARIABLE = "FUSE_ALL_ARTIFACT_DIR"
 GRAPH_ID = re.compile(r"[A-Za-z0-9_-]+\Z")
 GRAPH_KINDS = ("inference", "forward", "backward")
-LANGUAGES = ("cpp", "triton")
 KERNEL_KINDS = ("pointwise", "reduction")
 
 # Kernel sources are what grows without bound (one per fused group); they are cut first, to this many
@@ -185,8 +184,10 @@ def source_lines(items: Iterable[Any]) -> list[dict[str, Any]]:
 
 def _kernel(kernel: Mapping[str, Any], where: str) -> dict[str, Any]:
     language = kernel.get("language")
-    if language not in LANGUAGES:
-        raise RecordError(f"{where}.language: expected one of {LANGUAGES}, got {language!r}")
+    targets = registered_targets()     # `language` is the target's registered name (fuse_all_ir.targets)
+    if language not in targets:
+        raise RecordError(f"{where}.language: expected a registered target ({', '.join(sorted(targets))}), "
+                          f"got {language!r}")
     kind = kernel.get("kind")
     if kind is not None and kind not in KERNEL_KINDS:
         raise RecordError(f"{where}.kind: expected one of {KERNEL_KINDS} or null, got {kind!r}")
@@ -196,6 +197,8 @@ def _kernel(kernel: Mapping[str, Any], where: str) -> dict[str, Any]:
     return {
         "name": _text(f"{where}.name", kernel.get("name")),
         "language": language,
+        # (2) the source's language id for editors and Markdown fences, from the target's registration
+        "source_language": targets[language].source_language or None,
         "kind": kind,
         "source": _text(f"{where}.source", kernel.get("source")),
         "aten_ops": _texts(f"{where}.aten_ops", kernel.get("aten_ops", [])),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -65,9 +66,13 @@ def remember(record: CompiledGraph) -> None:
 
 def reset() -> None:
     """Forget this process's compiled graphs and CUDA graph pools; `torch.compiler.reset()` calls it.
-    Every graph of the pools is retired, so their memory goes back to the allocator as soon as the caller
-    drops the results it still holds (a compiled function that is called again captures afresh)."""
+    Graphs already captured are released (`GraphedCallable.reset`) and every graph of the pools is retired,
+    so their memory goes back to the allocator as soon as the caller drops the results it still holds (a
+    compiled function that is called again captures afresh instead of replaying into a forgotten pool)."""
     _COMPILED.clear()
+    for graphed in list(_GRAPHED):
+        graphed.reset()
+    _GRAPHED.clear()
     for pool in list(_POOLS.values()):
         pool.reset()
     _POOLS.clear()
@@ -130,13 +135,14 @@ def compile_graph(graph, opts: Options, mode=None, cacheable: bool = False):
 
 
 def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
+    target = _target_for(graph.device, opts)
     bar.set_phase("lowering and fusing")
     with outputs.timed("lower_fuse_schedule"):
         compiled = ir.lower(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device,
-                            validate=True if opts.debug or debug_enabled() else None)   # None: FUSE_ALL_VALIDATE decides
+                            validate=True if opts.debug or debug_enabled() else None,   # None: FUSE_ALL_VALIDATE decides
+                            choices=getattr(target, "choices", None))
     program = compiled.program
     outputs.compiled = compiled
-    target = _target_for(program.device, opts)
     record.kernels = list(program.kernels.values())
     bar.set_phase("rendering kernels", total_kernels=len(record.kernels))
     with outputs.timed("render"), ir.compile_timing.phase("render"):
@@ -176,23 +182,16 @@ def _warn_lowered_ops_in_aten(graph_id: str, externs) -> None:
 
 
 def _target_for(device: str, opts: Options):
-    language = opts.codegen
-    if language == "auto":
-        language = "cpp" if device.startswith("cpu") else "triton"
-    if language == "cpp":
-        if not device.startswith("cpu"):
-            raise OptionError(f"fuse_all: codegen='cpp' runs on CPU tensors only; this graph runs on {device} "
-                              f"(use codegen='auto' or 'triton')")
-        import fuse_all_codegen_cpp
-        return fuse_all_codegen_cpp.CppTarget()
-    if device.startswith("xpu") and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
-        raise RuntimeError("xpu tensors but torch.xpu is not available")
-    import fuse_all_codegen_triton
-    problem = fuse_all_codegen_triton.unsupported_device(device)
-    if problem:
-        raise OptionError(f"fuse_all: codegen='triton' cannot run this graph on {device}: {problem}; "
-                          f"use codegen='auto' or 'cpp'")
-    return fuse_all_codegen_triton.TritonTarget(autotune=opts.autotune)
+    """The registered target (`fuse_all_ir.targets`) for this graph's device, made with its choices. A
+    target the user named that cannot run here is an `OptionError`; no target for an `auto` graph is a
+    compile error (the graph runs in ATen)."""
+    try:
+        spec = ir.select_target(device, opts.codegen)
+    except ir.TargetUnavailable as exc:
+        if exc.forced:
+            raise OptionError(f"fuse_all: {exc}") from None
+        raise
+    return spec.create(opts, spec.choices(opts))
 
 
 def _aten_call(gm: torch.fx.GraphModule):
@@ -205,6 +204,7 @@ def _aten_call(gm: torch.fx.GraphModule):
 
 
 _POOLS: dict = {}   # one CUDA graph memory pool per Dynamo graph: its forward and backward share it
+_GRAPHED: weakref.WeakSet = weakref.WeakSet()   # every live CUDA-graph wrapper, released by reset()
 
 
 def cudagraphs_for_cached(call, code, example_inputs, record: CompiledGraph):
@@ -232,5 +232,6 @@ def _maybe_cudagraphs(call, graph, opts: Options, record: CompiledGraph):
                               mutated_input_indices=graph.mutated_input_indices, pool=pool, name=graph.graph_id,
                               on_fallback=lambda reason: decisions.append(str(reason)), check_input_metadata=False)
     record.cudagraphs["stats"] = graphed.stats     # live counters: calls, plain_calls, captures, replays, ...
+    _GRAPHED.add(graphed)
     return graphed
 

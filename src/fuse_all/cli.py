@@ -61,10 +61,16 @@ def doctor(args, out: Out = print) -> int:
     from . import artifacts, debug
     out(f"fuse-all {_version('fuse_all')}  python {platform.python_version()}  {platform.platform()}")
     out(f"torch {torch.__version__}  triton {_version('triton')}")
-    for module in ("fuse_all_capture", "fuse_all_ir", "fuse_all_codegen_cpp", "fuse_all_codegen_triton",
-                   "fuse_all_cudagraphs", "fuse_all_lsp"):
+    from fuse_all_ir import registered_targets
+    target_modules = [spec.create.__module__.split(".")[0] for spec in registered_targets().values()]
+    for module in dict.fromkeys(("fuse_all_capture", "fuse_all_ir", *target_modules, "fuse_all_cudagraphs",
+                                 "fuse_all_lsp")):
         out(f"  {module}: {_version(module)}")
     out(f"backend registered: {'fuse_all' in torch.compiler.list_backends()}")
+    for spec in registered_targets().values():
+        caches = f"; caches {', '.join(d + '/' for d in spec.cache_dirs)}" if spec.cache_dirs else ""
+        out(f"target {spec.name}: {', '.join(spec.device_types)} tensors{caches}"
+            + (f" ({spec.description})" if spec.description else ""))
     out(f"C++ compiler: {_cxx()}")
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):

@@ -78,7 +78,8 @@ TORCH_VARIABLES = {
 }
 
 OPTION_HELP = {
-    "codegen": "`auto` (CPU: C++, CUDA/XPU: Triton), `cpp` or `triton`",
+    "codegen": "`auto` (the registered target for the tensors' device type) or a target's name; "
+               "`fuse-all doctor` lists the targets (built in: `cpp` for CPU, `triton` for CUDA/XPU)",
     "cudagraphs": "capture and replay CUDA graphs (on with `mode=\"reduce-overhead\"`)",
     "autotune": "benchmark Triton configs at the first launch (else heuristics)",
     "fallback": "on a compile error run the graph in ATen with a warning (`False`: raise)",

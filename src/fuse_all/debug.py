@@ -52,13 +52,19 @@ FUSION_SVG = "fusion.svg"
 GRAPH_JSON = "graph.json"
 KERNELS = "kernels"
 
-_KERNEL_SUFFIX = {"cpp": ".cpp", "triton": ".py"}
 _TRUE = {"1", "true", "yes", "on"}
 
 _lock = threading.Lock()
 _default_root: Path | None = None
 _announced: set[Path] = set()
 _prepared: dict[Path, Path] = {}   # root asked for -> root used (itself, or a private replacement)
+
+
+def kernel_suffix(language: str) -> str:
+    """The file suffix of a kernel source of target `language` (`fuse_all_ir.targets`), else .txt."""
+    from fuse_all_ir import registered_targets
+    spec = registered_targets().get(language)
+    return spec.kernel_suffix if spec is not None else ".txt"
 
 
 def debug_enabled(env: Mapping[str, str] | None = None) -> bool:
@@ -134,8 +140,8 @@ class DebugDir:
         return target
 
     def write_kernel(self, name: str, source: str, language: str) -> Path | None:
-        """kernels/<name>.cpp for C++ kernels, kernels/<name>.py for Triton ones."""
-        return self.write(f"{KERNELS}/{name}{_KERNEL_SUFFIX.get(language, '.txt')}", source)
+        """kernels/<name><suffix>: the registered target's `kernel_suffix` (.cpp, .py, ...)."""
+        return self.write(f"{KERNELS}/{name}{kernel_suffix(language)}", source)
 
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")

@@ -35,8 +35,8 @@ from . import torch_compat
 log = logging.getLogger("fuse_all")
 
 LOG_NAME = "fuse_all"
-LOG_QNAMES = ["fuse_all", "fuse_all_capture", "fuse_all_ir", "fuse_all_codegen_cpp", "fuse_all_codegen_triton",
-              "fuse_all_cudagraphs", "fuse_all_lsp"]
+LOG_QNAMES = ["fuse_all", "fuse_all_capture", "fuse_all_ir", "fuse_all_cudagraphs", "fuse_all_lsp"]
+# ... and the package of every registered target (`fuse_all_ir.targets`): see `log_qnames`.
 ARTIFACTS = ("output_code", "kernel_code", "ir_pre_fusion", "ir_post_fusion", "fusion", "schedule", "cudagraphs")
 TRACE_PREFIX = "fuse_all_"
 
@@ -44,6 +44,17 @@ _lock = threading.Lock()
 _registered = False
 _handlers_ready = False
 _artifact_loggers: dict[str, logging.Logger] = {}
+
+
+def log_qnames() -> list[str]:
+    """The loggers `TORCH_LOGS=+fuse_all` turns on: the stages' and each registered target's package."""
+    try:
+        from fuse_all_ir import registered_targets
+        targets = [spec.create.__module__.split(".")[0] for spec in registered_targets().values()]
+    except Exception as error:  # noqa: BLE001 - logging must never break an import
+        log.debug("fuse-all: no target loggers: %s", error)
+        targets = []
+    return list(dict.fromkeys([*LOG_QNAMES, *targets]))
 
 
 def register() -> None:
@@ -54,7 +65,7 @@ def register() -> None:
             return
         _registered = True
     try:
-        torch_compat.register_log(LOG_NAME, LOG_QNAMES)
+        torch_compat.register_log(LOG_NAME, log_qnames())
     except Exception as error:  # noqa: BLE001 - logging must never break a compile
         log.debug("fuse-all: torch logging registration failed: %s", error)
 

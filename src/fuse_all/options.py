@@ -13,7 +13,7 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True)
 class Options:
-    codegen: str = "auto"          # "auto" (cpu -> cpp, cuda/xpu -> triton) | "cpp" | "triton"
+    codegen: str = "auto"          # "auto" (the registered target for the device type) | a target's name
     cudagraphs: bool = False       # capture and replay CUDA graphs (mode="reduce-overhead" turns it on)
     autotune: bool = True          # benchmark Triton configs on first launch (else heuristics)
     fallback: bool = True          # on a compile error run the graph in ATen with a warning (False: raise)
@@ -21,7 +21,12 @@ class Options:
     progress: bool | None = None   # progress line: None = FUSE_ALL_PROGRESS decides (auto: terminals only)
 
 
-_CHOICES = {"codegen": ("auto", "cpp", "triton")}
+def _choices(key: str) -> tuple | None:
+    if key == "codegen":
+        from fuse_all_ir import target_names
+        return ("auto", *target_names())
+    return None
+
 _OPTIONAL_BOOLS = {"progress"}
 
 
@@ -45,7 +50,8 @@ def parse(mode=None, options=None) -> Options:
         elif expected is bool and not isinstance(value, bool) or expected is int and (
                 isinstance(value, bool) or not isinstance(value, int)) or expected is str and not isinstance(value, str):
             raise OptionError(f"fuse_all: option {key!r} takes a {expected.__name__}, got {value!r}")
-        if key in _CHOICES and value not in _CHOICES[key]:
-            raise OptionError(f"fuse_all: option {key!r} must be one of {', '.join(_CHOICES[key])}; got {value!r}")
+        allowed = _choices(key)
+        if allowed is not None and value not in allowed:
+            raise OptionError(f"fuse_all: option {key!r} must be one of {', '.join(allowed)}; got {value!r}")
         values[key] = value
     return Options(**values)

@@ -20,8 +20,9 @@ def reduction(outer, red, index, symbols=()):
 
 
 def render(kernel, hints=None, **options):
+    from fuse_all_codegen_triton.choices import TritonChoices
     from fuse_all_codegen_triton.render import RenderOptions, render_kernel
-    return render_kernel(kernel, hints=hints or {}, options=RenderOptions(**options))
+    return render_kernel(kernel, hints=hints or {}, options=RenderOptions(choices=TritonChoices(**options)))
 
 
 def uses_int64(rendered):

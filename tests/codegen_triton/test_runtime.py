@@ -204,7 +204,9 @@ def test_wait_compiled_and_public_api(tmp_path):
     example = ke.two_kernels("cpu")
     module = load_host_program(render_host_program(example.program, fa.TritonTarget()), str(tmp_path))
     fa.wait_compiled(module)                                   # nothing to wait for in the interpreter
-    assert set(fa.__all__) == {"__version__", "TritonTarget", "TritonKernel", "wait_compiled", "unsupported_device"}
+    assert set(fa.__all__) == {"__version__", "TritonTarget", "TritonChoices", "TritonKernel", "wait_compiled",
+                               "unsupported_device"}
+    assert all(getattr(fa, name) is not None for name in fa.__all__)      # every lazy name resolves
     assert fa.unsupported_device("cuda:0") is None
     from fuse_all_codegen_triton import _triton_compat
     assert (fa.unsupported_device("cpu") is None) == _triton_compat.interpret_mode()

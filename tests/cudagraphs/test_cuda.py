@@ -65,3 +65,19 @@ def test_graphs_chained_through_one_pool_pass_outputs_without_copies():
     assert pool.graph_names() == ["f", "h"]
     # h reads f's output where f's graph writes it: chained graphs copy nothing
     assert (f.stats["captures"], h.stats["captures"], h.stats["input_copies"]) == (1, 1, 0)
+
+
+def test_fuse_all_reset_releases_the_graphs_of_reduce_overhead_compiles():
+    import fuse_all
+    torch.compiler.reset()
+    compiled = torch.compile(lambda t: t.sin() * 2, backend="fuse_all", mode="reduce-overhead")
+    x = torch.randn(64, device="cuda")
+    for _ in range(3):
+        compiled(x)
+    stats = fuse_all.compiled_graphs()[-1].cudagraphs["stats"]
+    assert stats["captures"] == 1
+    fuse_all.reset()                       # Dynamo keeps the compiled code; its graphs are gone
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), x.sin() * 2)
+    assert stats["captures"] == 2
+    torch.compiler.reset()

@@ -145,8 +145,8 @@ def test_the_backend_falls_back_on_an_invalid_program_or_raises_without_fallback
     import fuse_all_ir.api as api
     real_schedule = api.schedule
 
-    def broken_schedule(lowered):
-        prog = real_schedule(lowered)
+    def broken_schedule(lowered, *args):
+        prog = real_schedule(lowered, *args)
         for name, kernel in prog.kernels.items():
             first = kernel.loops[0].body[0]
             kernel.loops[0].body.insert(0, dataclasses.replace(first))   # define its first value twice

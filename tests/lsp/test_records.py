@@ -119,6 +119,8 @@ def _with(document: dict, dotted: str, value) -> dict:
         ("fusion.rejected", [{"producer": "buf0", "consumer": "buf1"}], "fusion.rejected[0].reason: missing"),
         ("graph_breaks", [{"file": "/a.py", "line": 3, "reason": 7}], "graph_breaks[0].reason: expected a string"),
         ("output_code", "out/output_code.py", "output_code: expected an absolute path"),
+        ("kernels.0.source_language", "py\n```", "kernels[0].source_language: expected a language id"),
+        ("kernels.0.source_language", 3, "kernels[0].source_language: expected a language id"),
     ],
 )
 def test_each_contract_violation_is_rejected_with_its_field(tmp_path, field, value, message):
@@ -211,3 +213,21 @@ def test_source_hashes_read_only_regular_files(tmp_path):
     assert hashes.sha256("/dev/zero") is None
     assert hashes.sha256(str(fifo)) is None
     assert hashes.sha256(str(tmp_path / "missing.py")) is None
+
+
+def test_a_kernel_of_any_target_is_fenced_in_its_source_language(tmp_path):
+    """The record names the target and its source's language id (the compiler's target registry wrote
+    it), so a target the server has never heard of is shown right; older records fall back to the
+    language ids of the two first targets."""
+    from fuse_all_lsp.render import kernel_section
+
+    document = _valid(tmp_path)
+    document["kernels"][0].update(language="meta_noop", source_language="text", source="kernel_0: noop")
+    record = parse_record(document)
+    assert record.kernels[0].fence_language == "text"
+    assert "```text\nkernel_0: noop\n```" in kernel_section(record, record.kernels[0])
+    for language, fence in (("triton", "python"), ("cpp", "cpp"), ("meta_noop", "")):
+        document["kernels"][0].update(language=language)
+        document["kernels"][0].pop("source_language")
+        assert parse_record(document).kernels[0].fence_language == fence
+        document["kernels"][0]["source_language"] = None

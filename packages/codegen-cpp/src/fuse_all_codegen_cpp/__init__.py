@@ -7,6 +7,7 @@ from .__about__ import __version__
 
 _EXPORTS = {
     "CppTarget": "target",
+    "CppChoices": "choices",
     "render_translation_unit": "render",
     "render_kernel": "render",
     "load_library": "compiler",

@@ -9,7 +9,7 @@ Loop structure (see README for the measurements behind the choices):
 * reduction, few outer points (a full reduction to a scalar, a handful of rows): outer points run in
   order and each reduction phase is split over threads along ``r0``; per-thread partials are combined in
   thread order afterwards (deterministic, and argmax keeps the first occurrence).
-* reduction down a strided dim (column sums): tiles of up to MAX_TILE columns, array accumulators, the simd
+* reduction down a strided dim (column sums): tiles of up to `max_tile` columns, array accumulators, the simd
   loop across the contiguous columns inside the reduction loop.
 * tiny kernels (< PARALLEL_MIN_WORK elements) run without OpenMP: waking threads costs more than the work.
   With symbolic sizes the decision is an ``if(parallel: ...)`` clause evaluated at run time.
@@ -19,35 +19,28 @@ Kernels are first normalised (`fuse_all_ir.normalize`): size-1 dims dropped, con
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import sympy
 
 from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Program, Reduce, Store
-from fuse_all_ir.symbolic import rvar, size_hint, xvar
+from fuse_all_ir.symbolic import rvar, xvar
 from fuse_all_ir.vocabulary import is_float, is_positional
 
 from . import rules
+from .choices import CppChoices
+from .choices import numel as _numel, size_hint as _hint
 from .index_printer import c_name, cpp_expr_type, cpp_index
 from fuse_all_ir.normalize import affine_stride, normalize
 from .reuse import plan_reuse
 
-MAX_TILE = 1024                # columns per tile in tiled reductions (fewer when threads need the work)
 PARALLEL_MIN_WORK = 32768      # below this many element-steps a kernel runs on the calling thread
-SPLIT_MIN_REDUCTION = 8192     # a reduction this long is worth splitting over threads ...
-DEFAULT_SIZE_HINT = 8192       # ... (symbols without a hint are assumed this large)
 # Float sums accumulate per block of this many elements (each vector lane SUM_BLOCK / 16 of them in a row
 # with AVX-512), then the block sums pairwise: a 1e8-element sum stays within eager's cascade-sum error.
 # Each block ends in a horizontal add of the lanes: 1e6-element in-cache sum, 1 thread: 32.7 us before,
 # 36.3 us with 4096-element blocks, 33.7 with 8192, 32.9 with 16384 (same errors as 4096 on the programs
 # of scripts/reduction_precision.py).
 SUM_BLOCK = 16384
-
-
-def split_max_outer() -> int:
-    """Reductions with fewer outer points than this split the reduction itself over threads."""
-    return 2 * (os.cpu_count() or 1)
 
 
 def _value(name: str) -> str:
@@ -58,10 +51,6 @@ def is_float_sum(r: Reduce) -> bool:
     return r.op == "sum" and is_float(r.dtype)
 
 
-def _numel(sizes) -> sympy.Expr:
-    return sympy.Mul(*[sympy.sympify(s) for s in sizes]) if sizes else sympy.Integer(1)
-
-
 FOUR_BYTE_TYPES = ("float", "int32_t", "uint32_t")
 
 
@@ -70,16 +59,14 @@ def _loop_symbol(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, nonnegative=True)
 
 
-def _hint(expr, size_hints) -> int:
-    return size_hint(expr, size_hints, DEFAULT_SIZE_HINT)
-
-
 # ---- the kernel walker ----------------------------------------------------------------------------------
 
 class KernelRenderer:
-    def __init__(self, kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None):
+    def __init__(self, kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None,
+                 choices: CppChoices | None = None):
         self.k = kernel = normalize(kernel)
         self.size_hints = size_hints or {}
+        self.shape = (choices or CppChoices()).choose_kernel_shape(kernel, self.size_hints)
         self.dtypes = {st.name: st.dtype for st in kernel.statements() if not isinstance(st, Store)}
         self.buffers = kernel.buffer_dtypes(buffer_dtypes)   # buffer name -> IR dtype
         self.lines: list[str] = []
@@ -258,14 +245,8 @@ class KernelRenderer:
             params.append(f"{rules.storage_type(self.buffers[name])}* {restrict}{c_name(name)}")
         params += [f"int64_t {c_name(s.name)}" for s in k.size_symbols]
         self.open(f'extern "C" void {c_name(k.name)}({", ".join(params)})')
-        if not k.reduction:
-            self.pointwise()
-        elif self.use_split():
-            self.split_reduction()
-        elif self.use_tiles():
-            self.tiled_reduction()
-        else:
-            self.reduction()
+        {"pointwise": self.pointwise, "split": self.split_reduction, "tiled": self.tiled_reduction,
+         "rows": self.reduction}[self.shape.kind]()
         self.close()
         return "\n".join(self.lines)
 
@@ -376,11 +357,6 @@ class KernelRenderer:
                     out.append(stmt)
         return out
 
-    def use_split(self) -> bool:
-        outer = _hint(_numel(self.k.outer), self.size_hints)
-        red = _hint(_numel(self.k.reduction), self.size_hints)
-        return outer < split_max_outer() and red >= SPLIT_MIN_REDUCTION
-
     def reduction(self) -> None:
         k = self.k
         n = len(k.outer)
@@ -404,26 +380,18 @@ class KernelRenderer:
         for _ in range(max(n, 1)):
             self.close()
 
-    def use_tiles(self) -> bool:
-        """The kernel's plan is a column reduction (a column sum, `grad.sum(0)`: the reduction walks memory
-        with a stride, the innermost outer dim is contiguous): then the vector loop runs across columns,
-        not down a column. Not for argmax/argmin (their position has no array accumulator here)."""
-        k = self.k
-        if any(isinstance(s, Reduce) and is_positional(s.op) for s in k.statements()):
-            return False
-        return k.tiling is not None and k.tiling.kind == "column"
-
     def tiled_reduction(self) -> None:
         """Outer points in tiles of columns; accumulators are arrays, the simd loop runs over the tile's
         columns inside the reduction loops. Wide tiles read rows sequentially (4096x1024 column sum: 2.9 ms
         with 32-column tiles, 0.45 ms with whole rows), but every thread needs a tile: see fa_tile_width."""
         k = self.k
         n = len(k.outer)
+        max_tile = self.shape.get("max_tile")
         clause = self.parallel_clause(_numel(k.outer) * _numel(k.reduction))
         pragma = None if clause is None else f"#pragma omp parallel for{f' collapse({n})' if n > 1 else ''}{clause}"
         width = cpp_index(k.outer[-1])
         rows = cpp_index(_numel(k.outer[:-1]))
-        self.emit(f"const int64_t fa_tw = fa_tile_width({width}, {rows}, {MAX_TILE});")
+        self.emit(f"const int64_t fa_tw = fa_tile_width({width}, {rows}, {max_tile});")
         self.outer_loops(n - 1, pragma)
         if n == 1 and pragma:
             self.emit(pragma)
@@ -435,7 +403,7 @@ class KernelRenderer:
                     self.statement(stmt)            # the same for every column: a scalar
                 elif isinstance(stmt, Reduce) or (not loop.over_reduction and not isinstance(stmt, Store)):
                     self.arrays.add(stmt.name)
-                    self.emit(f"{rules.compute_type(stmt.dtype)} {_value(stmt.name)}[{MAX_TILE}];")
+                    self.emit(f"{rules.compute_type(stmt.dtype)} {_value(stmt.name)}[{max_tile}];")
 
         def column_loop(body):
             self.emit("#pragma omp simd")
@@ -456,7 +424,7 @@ class KernelRenderer:
                 self.open(comment="column sums: levels of 64 rows")
                 self.emit("int64_t fa_rows = 0;")
                 for r in sums:
-                    self.emit(f"{rules.compute_type(r.dtype)} fa_lv_{_value(r.name)}[FA_TILE_LEVELS - 1][{MAX_TILE}];")
+                    self.emit(f"{rules.compute_type(r.dtype)} fa_lv_{_value(r.name)}[FA_TILE_LEVELS - 1][{max_tile}];")
             if reduces:
                 self.open("for (int64_t fa_j = 0; fa_j < fa_w; ++fa_j)")
                 for r in reduces:
@@ -471,13 +439,13 @@ class KernelRenderer:
             if sums:
                 self.open(f"if ((++fa_rows & ((1 << FA_TILE_LEVEL_BITS) - 1)) == 0)")
                 for r in sums:
-                    self.emit(f"fa_tile_flush({_value(r.name)}, fa_lv_{_value(r.name)}[0], {MAX_TILE}, fa_w, fa_rows);")
+                    self.emit(f"fa_tile_flush({_value(r.name)}, fa_lv_{_value(r.name)}[0], {max_tile}, fa_w, fa_rows);")
                 self.close()
             for _ in k.reduction:
                 self.close()
             if sums:
                 for r in sums:
-                    self.emit(f"fa_tile_total({_value(r.name)}, fa_lv_{_value(r.name)}[0], {MAX_TILE}, fa_w);")
+                    self.emit(f"fa_tile_total({_value(r.name)}, fa_lv_{_value(r.name)}[0], {max_tile}, fa_w);")
                 self.close()
         self.arrays.clear()
         for _ in range(n):
@@ -568,14 +536,16 @@ def helper_sources(kernels: list[str]) -> list[str]:
     return [tile_helpers()] if any("fa_transpose8x8_b32(" in k for k in kernels) else []
 
 
-def render_kernel(kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None) -> str:
-    """One kernel as an `extern "C"` C++ function (needs the prelude of `render_translation_unit`)."""
-    return KernelRenderer(kernel, buffer_dtypes, size_hints).render()
+def render_kernel(kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None,
+                  choices: CppChoices | None = None) -> str:
+    """One kernel as an `extern "C"` C++ function (needs the prelude of `render_translation_unit`);
+    `choices` picks its shape (`CppChoices.choose_kernel_shape`)."""
+    return KernelRenderer(kernel, buffer_dtypes, size_hints, choices).render()
 
 
-def render_translation_unit(program: Program) -> str:
+def render_translation_unit(program: Program, choices: CppChoices | None = None) -> str:
     """All kernels of `program` in one C++ source: compiled by one compiler call."""
     dtypes = program.buffer_dtypes()
-    kernels = [render_kernel(kernel, dtypes, program.size_hints) for kernel in program.kernels.values()]
+    kernels = [render_kernel(kernel, dtypes, program.size_hints, choices) for kernel in program.kernels.values()]
     parts = [f"// fuse-all: graph {program.graph_id}", prelude(), *helper_sources(kernels), *kernels]
     return "\n\n".join(parts) + "\n"

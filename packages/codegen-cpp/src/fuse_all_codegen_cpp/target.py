@@ -11,6 +11,7 @@ import re
 from fuse_all_ir import kernel_sharing
 from fuse_all_ir.program import Kernel, Program
 
+from .choices import CppChoices
 from .render import c_name, helper_sources, prelude, render_kernel
 
 
@@ -22,9 +23,11 @@ def _py_string(text: str) -> str:
 
 
 class CppTarget:
+    """`choices`: fusion heuristics and kernel shapes (default `CppChoices()`)."""
     language = "cpp"
 
-    def __init__(self):
+    def __init__(self, choices: CppChoices | None = None):
+        self.choices = choices if choices is not None else CppChoices()
         self._sources: dict[int, tuple[Kernel, str]] = {}   # id(kernel) -> (kernel, its C++ function)
         self.shared: dict[str, str] = {}   # kernel -> the kernel whose compiled function it calls
 
@@ -34,7 +37,7 @@ class CppTarget:
         dtypes = program.buffer_dtypes()
         sources = {}
         for kernel in program.kernels.values():
-            sources[kernel.name] = render_kernel(kernel, dtypes, program.size_hints)
+            sources[kernel.name] = render_kernel(kernel, dtypes, program.size_hints, self.choices)
             self._sources[id(kernel)] = (kernel, sources[kernel.name])
         # one C++ function per distinct kernel (kernel_sharing): repeated blocks compile once
         self.shared = kernel_sharing.share(sources, lambda name: _normalized(c_name(name), sources[name]))
@@ -61,7 +64,7 @@ class CppTarget:
 
     def kernel_source(self, kernel: Kernel) -> str:
         kept = self._sources.get(id(kernel))
-        return kept[1] if kept is not None and kept[0] is kernel else render_kernel(kernel)
+        return kept[1] if kept is not None and kept[0] is kernel else render_kernel(kernel, choices=self.choices)
 
 
 _SIGNATURE = re.compile(r'extern "C" void (\w+)\(([^)]*)\)')

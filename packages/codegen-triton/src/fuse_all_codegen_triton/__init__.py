@@ -5,27 +5,25 @@
     module = load_host_program(source, folder)                      # starts compiling every kernel
     wait_compiled(module)                                           # optional: surface compile errors now
     outputs = module.call(inputs)
+
+Names resolve lazily: importing the package (the target registry does, to read `registration.TARGET`)
+does not import Triton.
 """
 from .__about__ import __version__
 
-# TritonKernel and TritonTarget load on first use (they import torch): the compile workers
-# (compile_worker.py) import this package and must stay light.
-_LAZY = {"TritonKernel": "runtime", "TritonTarget": "target"}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_EXPORTS = {
+    "TritonTarget": "target",
+    "TritonChoices": "choices",
+    "TritonKernel": "runtime",
+}
+__all__ = ["__version__", "TritonTarget", "TritonChoices", "TritonKernel", "wait_compiled", "unsupported_device"]
 
 
 def wait_compiled(module) -> None:
     """Block until every kernel of a loaded host program has compiled (they compile in parallel in the
     background from the moment the module is imported); raises the first compile error."""
     from .runtime import TritonKernel
+
     for value in list(vars(module).values()):
         if isinstance(value, TritonKernel):
             value.wait_compiled()
@@ -41,4 +39,14 @@ def unsupported_device(device: str) -> str | None:
     return None
 
 
-__all__ = ["__version__", "TritonTarget", "TritonKernel", "wait_compiled", "unsupported_device"]
+def __getattr__(name):
+    if name in _EXPORTS:
+        import importlib
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

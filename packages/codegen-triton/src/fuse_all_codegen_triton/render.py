@@ -19,7 +19,7 @@ pointer when the mask or value has more families than the index.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import sympy
@@ -31,6 +31,7 @@ from fuse_all_ir.vocabulary import compute_dtype, is_float, is_positional
 
 from . import configs as cfgs
 from . import reductions as red
+from .choices import TritonChoices
 from ._triton_compat import pointer_type
 from .indexing import (DEFAULT_SIZE_HINT, choose_index_dtype, derive_index_vars, families, triton_expr_type,
                        triton_index)
@@ -41,10 +42,8 @@ INDENT = "    "
 
 @dataclass
 class RenderOptions:
-    persistent_max_rnumel: int = 8192   # reductions up to this (concrete) size keep the row in registers
-    rblock: int | None = None           # force RBLOCK of looped reductions (tests use tiny values)
-    force_looped: bool = False
-    max_autotune: bool = False
+    choices: TritonChoices = field(default_factory=TritonChoices)   # kernel shapes (persistent / looped)
+    max_autotune: bool = False          # a wider space of candidate configs
 
 
 @dataclass
@@ -82,7 +81,8 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict | None = None, hints: dict
     hints = hints or {}
     dtypes = kernel.buffer_dtypes(buffer_dtypes)
     index_dtype, guard = choose_index_dtype(kernel, hints)
-    mode = _mode(kernel, options)
+    shape = options.choices.choose_kernel_shape(kernel, hints)
+    mode = shape.kind
     source = _Writer(kernel, dtypes, index_dtype, mode).render(kernel.name)
     source_int64 = None
     if guard is not None:   # sizes are symbolic: keep an int64 twin for sizes past 2**31
@@ -98,7 +98,7 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict | None = None, hints: dict
         "grid": _grid(kernel, mode, xnumel),
         "rnumel": py_index(rnumel) if kernel.reduction else None,
         "int32_guard": guard,
-        "configs": _configs(kernel, mode, xnumel, rnumel, hints, options),
+        "configs": _configs(kernel, shape, xnumel, rnumel, hints, options),
         "n_inputs": len(kernel.inputs),
         # outputs whose old contents the kernel reads (in place): benchmarking must not run on them
         "mutated": [i for i, b in enumerate(kernel.outputs) if b in kernel.inputs or b in _loaded(kernel)],
@@ -112,22 +112,6 @@ def _loaded(kernel: Kernel) -> set:
     return {st.buffer for st in kernel.statements() if isinstance(st, Load)}
 
 
-# A column reduction keeps the row in registers only when it is this short: a long persistent column
-# leaves room for a single column per program (no coalescing); looped, XBLOCK columns walk the rows.
-PERSISTENT_MAX_COLUMN = 256
-
-
-def _mode(kernel: Kernel, options: RenderOptions) -> str:
-    if not kernel.reduction:
-        return "tiled" if _tile_dims(kernel) is not None else "pointwise"
-    rnumel = sympy.Mul(*kernel.reduction)
-    limit = options.persistent_max_rnumel
-    if _is_column(kernel):
-        limit = min(limit, PERSISTENT_MAX_COLUMN)
-    if (not options.force_looped and rnumel.is_number and options.rblock is None
-            and int(rnumel) <= limit):
-        return "persistent"
-    return "looped"
 
 
 def _size_hint(expr, hints) -> int:
@@ -139,7 +123,8 @@ def _is_column(kernel: Kernel) -> bool:
     return kernel.tiling is not None and kernel.tiling.kind == "column"
 
 
-def _configs(kernel, mode, xnumel, rnumel, hints, options: RenderOptions) -> list:
+def _configs(kernel, shape, xnumel, rnumel, hints, options: RenderOptions) -> list:
+    mode = shape.kind
     x = max(1, _size_hint(xnumel, hints))
     if mode == "pointwise":
         return cfgs.pointwise_configs(x, options.max_autotune, dynamic=not sympy.sympify(xnumel).is_number)
@@ -152,8 +137,8 @@ def _configs(kernel, mode, xnumel, rnumel, hints, options: RenderOptions) -> lis
     if mode == "persistent":
         return cfgs.persistent_configs(x, r, inner, options.max_autotune)
     if not inner:
-        return cfgs.column_configs(x, r, options.max_autotune, options.rblock)
-    return cfgs.looped_configs(x, r, inner, options.max_autotune, options.rblock)
+        return cfgs.column_configs(x, r, options.max_autotune, shape.get("rblock"))
+    return cfgs.looped_configs(x, r, inner, options.max_autotune, shape.get("rblock"))
 
 
 class _Writer:

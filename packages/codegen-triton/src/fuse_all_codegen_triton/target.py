@@ -11,6 +11,7 @@ import pprint
 from fuse_all_ir import kernel_sharing
 from fuse_all_ir.program import Kernel, Program
 
+from .choices import PERSISTENT_MAX_RNUMEL, TritonChoices
 from .render import RenderedKernel, RenderOptions, render_kernel
 
 _PRELUDE_IMPORTS = """\
@@ -25,16 +26,21 @@ class TritonTarget:
     autotune: benchmark the candidate configs on the first call (False: heuristic config only, one
         compile per kernel; always off under TRITON_INTERPRET=1).
     max_autotune: a wider candidate space (more compiles, slower first call).
+    choices: fusion heuristics and kernel shapes; by default `TritonChoices` made of:
     persistent_max_rnumel: reductions over at most this many (concrete) elements keep rows in registers.
     rblock / force_looped: force looped reductions / their RBLOCK (tests).
     """
     language = "triton"
 
-    def __init__(self, *, autotune: bool = True, max_autotune: bool = False, persistent_max_rnumel: int = 8192,
-                 rblock: int | None = None, force_looped: bool = False):
+    def __init__(self, *, autotune: bool = True, max_autotune: bool = False,
+                 persistent_max_rnumel: int = PERSISTENT_MAX_RNUMEL, rblock: int | None = None,
+                 force_looped: bool = False, choices: TritonChoices | None = None):
         self.autotune = autotune
-        self.options = RenderOptions(persistent_max_rnumel=persistent_max_rnumel, rblock=rblock,
-                                     force_looped=force_looped, max_autotune=max_autotune)
+        if choices is None:
+            choices = TritonChoices(persistent_max_rnumel=persistent_max_rnumel, rblock=rblock,
+                                    force_looped=force_looped)
+        self.choices = choices
+        self.options = RenderOptions(choices=choices, max_autotune=max_autotune)
         self._rendered: dict[int, tuple[Kernel, RenderedKernel]] = {}
         self.shared: dict[str, str] = {}   # kernel -> the kernel whose JIT function (and compiles) it uses
         _start_compile_workers()

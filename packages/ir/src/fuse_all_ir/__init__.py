@@ -1,10 +1,14 @@
 """fuse_all_ir: the loop-level IR. ATen graph -> lower -> fuse -> schedule -> `Program`.
 
-Codegens consume `Program`/`Kernel` (see `program.py` for the exact semantics) and plug into the host
-program renderer through `KernelTarget`.
+Codegens consume `Program`/`Kernel` (see `program.py` for the exact semantics), plug into the host
+program renderer through `KernelTarget`, into scheduling and kernel shapes through `FusionChoices`, and
+into fuse-all through one `TargetSpec` registration (`targets.py`).
 """
 from .__about__ import __version__
 from .api import Compiled, lower, lowered_ops
+from .choices import FusionChoices, KernelShape
+from .targets import (TargetSpec, TargetUnavailable, get_target, register_target, registered_targets,
+                      select_target, target_names, unregister_target)
 from .printing import format_kernel, format_lowered, format_program
 from .dtypes import UnsupportedDtype, dtype_name, torch_dtype
 from . import vocabulary
@@ -33,7 +37,9 @@ from .symbolic import FloorDiv, ModularIndexing, rvar, size_symbol, xvar
 __all__ = [
     "__version__", "vocabulary", "DTYPE_INFO", "OP_INFO", "REDUCTION_INFO", "DType", "DTypeClass", "ExprKind",
     "KernelKind", "NodeKind", "NonFinite", "Op", "OpResult", "ReductionOp", "compute_dtype", "dtype_class", "is_float",
-    "is_positional", "non_finite", "reduction_identity", "Compiled", "lower", "lowered_ops", "format_kernel", "format_lowered", "format_program", "UnsupportedDtype", "dtype_name", "torch_dtype", "KernelTarget", "load_host_program",
+    "is_positional", "non_finite", "reduction_identity", "FusionChoices", "KernelShape",
+    "TargetSpec", "TargetUnavailable", "get_target", "register_target", "registered_targets", "select_target",
+    "target_names", "unregister_target", "Compiled", "lower", "lowered_ops", "format_kernel", "format_lowered", "format_program", "UnsupportedDtype", "dtype_name", "torch_dtype", "KernelTarget", "load_host_program",
     "HostProgramError", "unresolved_names", "SYMPY_FUNCTIONS", "UnsupportedSymbolic",
     "render_host_program", "BINARY_OPS", "DTYPES", "OP_ARITY", "REDUCTION_OPS", "TERNARY_OPS", "UNARY_OPS",
     "Alloc", "BufferRef", "Compute", "Const", "ExternCall", "Free", "GraphInput", "IndexValue", "Kernel",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from . import lowerings_pointwise, lowerings_reduce, lowerings_view  # noqa: F401  (register lowerings)
+from .choices import FusionChoices
 from .compile_timing import phase
 from .lowering import LOWERINGS, GraphLowering
 from .memory import plan_reuse
@@ -23,14 +24,16 @@ class Compiled:
 
 
 def lower(gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", device: str | None = None,
-          validate: bool | None = None, reuse_buffers: bool | None = None) -> Compiled:
+          validate: bool | None = None, reuse_buffers: bool | None = None,
+          choices: FusionChoices | None = None) -> Compiled:
     """`validate`: check the Program against its contract (`validate.py`), raising `InvalidProgram`;
     None means "when FUSE_ALL_VALIDATE=1". `reuse_buffers`: allocations take the memory of dead buffers
-    (`memory.plan_reuse`); None means "unless FUSE_ALL_REUSE_BUFFERS=0"."""
+    (`memory.plan_reuse`); None means "unless FUSE_ALL_REUSE_BUFFERS=0". `choices`: the fusion heuristics
+    of the target the Program is for (`KernelTarget.choices`); None: the target-neutral `FusionChoices`."""
     with phase("lowering"):
         lowered = GraphLowering(gm, example_inputs, graph_id, device).run()
     with phase("fusion_schedule"):
-        program = schedule(lowered)
+        program = schedule(lowered, choices)
         if reuse_buffers is None:
             reuse_buffers = os.environ.get("FUSE_ALL_REUSE_BUFFERS", "1").strip() != "0"
         if reuse_buffers:

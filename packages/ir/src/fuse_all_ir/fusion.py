@@ -1,16 +1,17 @@
 """The fusion pass: group the lowered graph's compute nodes into kernels.
 
-Legality (here): iteration spaces must match (equal, or an outer x reduction split of the group's space),
-the group must stay acyclic with the rest of the graph, and the kernel must build (`kernelgen`). Heuristics
-(`choices`): which producer group to try first and when a kernel is big enough. Every producer/consumer
-pair left in different kernels gets a reason in the report.
+Each node, in topological order, tries to join the group of one of its producers. Legality is
+`legality.check_fusion` (iteration spaces, cycles, the kernel builds); heuristics are the
+`choices.FusionChoices` object the pass is given (which producer group to try first, size limits, the
+target's veto). Every producer/consumer pair left in different kernels gets a reason in the report.
 """
 from __future__ import annotations
 
 import sympy
 
-from . import choices
-from .kernelgen import Group, IllegalFusion, KernelBuilder, iteration_ranges
+from .choices import FusionChoices
+from .kernelgen import Group, iteration_ranges
+from .legality import check_fusion
 from .nodes import E, LoweredGraph, Node
 from .program import BufferRef
 from .report import FusionReport
@@ -52,13 +53,15 @@ def live_nodes(lowered: LoweredGraph) -> list:
 
 
 class FusionPass:
-    def __init__(self, lowered: LoweredGraph):
+    def __init__(self, lowered: LoweredGraph, choices: FusionChoices | None = None):
         self.lowered = lowered
+        self.choices = choices if choices is not None else FusionChoices()
         self.nodes = lowered.nodes
         for node in self.nodes.values():
             if node.is_compute:
                 node.reads = expression_reads(node)
         self.order = live_nodes(lowered)
+        self.position = {n.name: i for i, n in enumerate(lowered.nodes.values())}
         self.group_of: dict[str, Group] = {}
         self.report = FusionReport()
         self.rejected_pairs: dict = {}
@@ -79,11 +82,13 @@ class FusionPass:
 
     def _fuse_into_producer(self, node: Node) -> Group | None:
         candidates = []
-        for r in node.reads:
+        # in graph order: `reads` is a set of names, whose order changes with PYTHONHASHSEED, and ties of
+        # the candidate order would then fuse differently in every process
+        for r in sorted(node.reads, key=self.position.__getitem__):
             g = self.group_of.get(r)
             if g is not None and all(g is not c for c in candidates):
                 candidates.append(g)
-        for group in choices.candidate_order(node, candidates, self._shared_reads):
+        for group in self.choices.candidate_order(node, candidates, self._shared_reads):
             reason, merged = self._try(group, node)
             if reason is None:
                 group.outer, group.reduction, group.members = merged.outer, merged.reduction, merged.members
@@ -98,48 +103,13 @@ class FusionPass:
         return len(group_reads & node.reads)
 
     def _try(self, group: Group, node: Node):
-        space = group.space_of(node)
-        if space is None:
-            outer, red = iteration_ranges(node)
-            return (f"different iteration spaces: {_fmt(outer, red)} vs {_fmt(group.outer, group.reduction)}",
-                    None)
-        if space == "regroup":
-            outer, red = iteration_ranges(node)
-            merged = Group(outer, red, group.members + [node])
-        else:
-            merged = Group(group.outer, group.reduction, group.members + [node])
-        if self._creates_cycle(group, node):
-            return "fusing would create a cycle through another kernel or ATen call", None
-        try:
-            kernel = KernelBuilder(merged, self.nodes, merged.names, "probe").build(tile=False)
-        except IllegalFusion as exc:
-            return str(exc), None
-        veto = choices.should_fuse(group, node, kernel)
-        return veto, merged
+        verdict = check_fusion(group, node, self.nodes, self._unit)
+        if not verdict.legal:
+            return verdict.reason, None
+        return self.choices.should_fuse(group, node, verdict.kernel), verdict.merged
 
     def _unit(self, name: str):
         return self.group_of.get(name, name)
-
-    def _creates_cycle(self, group: Group, node: Node) -> bool:
-        """True when one of `node`'s dependencies outside `group` itself depends on `group`."""
-        target = id(group)
-        seen = set()
-        stack = [self._unit(r) for r in node.reads if r not in group.names]
-        while stack:
-            unit = stack.pop()
-            key = id(unit) if isinstance(unit, Group) else unit
-            if key in seen:
-                continue
-            seen.add(key)
-            if key == target:
-                return True
-            members = unit.members if isinstance(unit, Group) else [self.nodes[unit]]
-            for m in members:
-                for r in m.reads:
-                    dep = self._unit(r)
-                    if dep is not unit:
-                        stack.append(dep)
-        return False
 
     def _record_unfused_edges(self):
         for node in self.order:
@@ -158,7 +128,3 @@ class FusionPass:
                     reason = f"producer is an ATen call ({producer.extern.target}): its result is read from memory"
                 self.report.reject(r, node.name, reason, tuple(producer.origins) + tuple(node.origins))
 
-
-def _fmt(outer, red) -> str:
-    text = "(" + ", ".join(str(s) for s in outer) + ")"
-    return text + (" x reduce (" + ", ".join(str(s) for s in red) + ")" if red else "")

@@ -24,7 +24,11 @@ from . import memory, sympy_functions
 
 
 class KernelTarget(Protocol):
-    language: str  # "cpp" | "triton"
+    """A codegen's renderer. Registered through a `fuse_all_ir.TargetSpec` (targets.py), whose `create`
+    makes it; `choices` is the `FusionChoices` the Program was scheduled with and whose
+    `choose_kernel_shape` the renderer follows."""
+    language: str   # the target's registered name (TargetSpec.name): "cpp", "triton", ...
+    choices: Any    # its FusionChoices (optional for a target without tuning: the neutral choices)
 
     def render_prelude(self, program: Program) -> str:
         """Python source run at import: defines a launcher for every kernel of `program`."""

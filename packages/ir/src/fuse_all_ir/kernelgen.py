@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 import sympy
 
 from .indexing import simplify_index
-from .nodes import E, Node
+from .nodes import E, Node, mask_loads
 from .program import Compute, Const, IndexValue, Kernel, Load, Loop, Reduce, Store
 from .symbolic import free_size_symbols, rvar, xvar
 from .tiling import plan_tiling
-from .lowerings_view import _mask_loads
 
 
 class IllegalFusion(Exception):
@@ -203,7 +202,7 @@ class KernelBuilder:
             raise IllegalFusion(f"{e.buffer} is read through a strided view inside the kernel")
         inlined = member.body(list(e.logical))
         if e.args:
-            inlined = _mask_loads(inlined, e.args[0], {})
+            inlined = mask_loads(inlined, e.args[0])
         return self.emit(inlined)
 
     def _reduced_value(self, member: Node, e: E) -> str:

@@ -10,7 +10,7 @@ import torch
 
 from .lowering import Unsupported, contiguous_strides, lowers, sym
 from .lowerings_pointwise import cast, out_dtype
-from .nodes import Value, View, const, index_value, op
+from .nodes import Value, View, const, index_value, mask_loads, op
 from .symbolic import FloorDiv, ModularIndexing
 from .vocabulary import ExprKind, is_float, scalar_value
 
@@ -284,24 +284,7 @@ def _cat(g, tensors, dim=0):
 def _masked(t: Value, index, mask):
     """t's element at `index`, reading memory only where `mask` holds (out-of-range indices elsewhere)."""
     e = t.loader(index)
-    return _mask_loads(e, mask, {})
-
-
-def _mask_loads(e, mask, memo):
-    if id(e) in memo:
-        return memo[id(e)]
-    if e.kind == "load":
-        from .nodes import load
-        existing = e.args[0] if e.args else None
-        combined = mask if existing is None else op("logical_and", (existing, mask), "bool")
-        out = load(e.buffer, e.index, e.dtype, mask=combined, other=e.value, logical=e.logical)
-    elif e.kind == "op":
-        from .nodes import E
-        out = E(ExprKind.OP, e.dtype, op=e.op, args=tuple(_mask_loads(a, mask, memo) for a in e.args), origin=e.origin)
-    else:
-        out = e
-    memo[id(e)] = out
-    return out
+    return mask_loads(e, mask)
 
 
 @lowers(aten.constant_pad_nd.default)

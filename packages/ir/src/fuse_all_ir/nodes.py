@@ -55,6 +55,27 @@ def load(buffer: str, index, dtype: str, mask: E | None = None, other=0, logical
              value=other, logical=tuple(logical) if logical is not None else None)
 
 
+def mask_loads(e: E, mask: E) -> E:
+    """`e` with every memory load it makes guarded by `mask` (and by the load's own mask): the value where
+    `mask` holds, no memory read where it does not (padding, concatenation, an inlined masked read)."""
+    memo: dict = {}
+
+    def walk(x: E) -> E:
+        if id(x) in memo:
+            return memo[id(x)]
+        if x.kind == "load":
+            existing = x.args[0] if x.args else None
+            combined = mask if existing is None else op("logical_and", (existing, mask), "bool")
+            out = load(x.buffer, x.index, x.dtype, mask=combined, other=x.value, logical=x.logical)
+        elif x.kind == "op":
+            out = E("op", x.dtype, op=x.op, args=tuple(walk(a) for a in x.args), origin=x.origin)
+        else:
+            out = x
+        memo[id(x)] = out
+        return out
+    return walk(e)
+
+
 def index_value(expr, dtype: str | None = None) -> E:
     """The value of a symbolic expression (index arithmetic, a size, a SymInt/SymFloat scalar). Its dtype is
     the expression's own type (int64, float64 or bool: `1 / n` is a float); callers `cast` it."""

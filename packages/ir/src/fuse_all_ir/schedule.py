@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import heapq
 
+from .choices import FusionChoices
 from .fusion import FusionPass
 from .kernelgen import Group, KernelBuilder
 from .nodes import LoweredGraph
 from .program import Alloc, BufferRef, ExternCall, Free, KernelCall, Program
 
 
-def schedule(lowered: LoweredGraph) -> Program:
-    fusion = FusionPass(lowered)
+def schedule(lowered: LoweredGraph, choices: FusionChoices | None = None) -> Program:
+    """`choices`: the fusion heuristics (a target's `FusionChoices` subclass; None: the target-neutral ones)."""
+    fusion = FusionPass(lowered, choices)
     groups = fusion.run()
     nodes = lowered.nodes
     index_of = {n.name: i for i, n in enumerate(fusion.order)}

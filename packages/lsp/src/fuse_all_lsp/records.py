@@ -59,6 +59,18 @@ class Kernel:
     source_lines: tuple[SourceLine, ...]
     output_code_line: int | None
     bytes: int | None = None
+    source_language: str | None = None   # the target's language id for the source ("cpp", "python")
+
+    @property
+    def fence_language(self) -> str:
+        """The Markdown fence's language: the record's `source_language`, else the one the two first
+        targets had before records carried it (records written by older versions)."""
+        return self.source_language or _LEGACY_SOURCE_LANGUAGE.get(self.language, "")
+
+
+# Records written before kernels carried `source_language` (schema 2 without the field).
+_LEGACY_SOURCE_LANGUAGE = {"cpp": "cpp", "triton": "python"}
+_LANGUAGE_ID = re.compile(r"[A-Za-z0-9_.+#-]{1,32}\Z")
 
 
 @dataclass(frozen=True)
@@ -217,6 +229,10 @@ class _Fields:
     def text(self, key: str, required: bool = True) -> Any:
         return self._get(key, lambda v: isinstance(v, str), "a string", required, None)
 
+    def check(self, key: str, valid, what: str) -> Any:
+        """An optional field that must pass `valid` when present (None when absent or null)."""
+        return self._get(key, valid, what, False, None)
+
     def line(self, key: str, required: bool = True) -> Any:
         return self._get(key, _is_line, "a line number (int >= 1)", required, None)
 
@@ -284,6 +300,8 @@ def _kernel(fields: _Fields) -> Kernel:
         source_lines=fields.objects("source_lines", _source_line),
         output_code_line=fields.line("output_code_line", required=False),
         bytes=fields.count("bytes", required=False),
+        source_language=fields.check("source_language", lambda v: isinstance(v, str) and _LANGUAGE_ID.match(v),
+                                     "a language id such as \"cpp\" or \"python\""),
     )
 
 

@@ -14,7 +14,6 @@ MAX_LINE_CHARS = 200
 MAX_RECORDS = 3
 MAX_KERNELS = 6
 MAX_SOURCE_LINES = 6
-FENCE_LANGUAGE = {"cpp": "cpp", "triton": "python"}
 STALE = "⚠ stale"
 
 
@@ -36,13 +35,14 @@ def milliseconds(records: list[Record]) -> str:
 
 
 def fenced(source: str, language: str, max_lines: int = MAX_CODE_LINES) -> str:
-    """A fenced block of at most `max_lines` lines, the rest counted after it."""
+    """A fenced block of at most `max_lines` lines, the rest counted after it; `language` is the fence's
+    language id ("cpp", "python", or "" for none)."""
     lines = source.rstrip("\n").split("\n")
     shown = [line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " …" for line in lines[:max_lines]]
     fence = "```"
     while any(fence in line for line in shown):
         fence += "`"
-    block = f"{fence}{FENCE_LANGUAGE.get(language, '')}\n" + "\n".join(shown) + f"\n{fence}"
+    block = f"{fence}{language}\n" + "\n".join(shown) + f"\n{fence}"
     if len(lines) > max_lines:
         block += f"\n… ({plural(len(lines) - max_lines, 'more line')})"
     return block
@@ -81,7 +81,7 @@ def kernel_section(record: Record, kernel: Kernel) -> str:
     parts = [" · ".join(facts)]
     if kernel.source_lines:
         parts.append("from " + lines_list(kernel.source_lines))
-    parts.append(fenced(kernel.source, kernel.language))
+    parts.append(fenced(kernel.source, kernel.fence_language))
     return "\n\n".join(parts)
 
 

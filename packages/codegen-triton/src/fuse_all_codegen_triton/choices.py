@@ -1,0 +1,48 @@
+"""`TritonChoices`: the Triton target's fusion heuristics and kernel shapes (`fuse_all_ir.FusionChoices`).
+
+Fusion: the IR's target-neutral heuristics. Kernel shapes (render.py follows them):
+
+* ``pointwise``: one flat block of XBLOCK points;
+* ``tiled``: a pointwise kernel whose `TilePlan` (fuse_all_ir.tiling) is a 2-D transpose tile: [YBLOCK, XBLOCK]
+  blocks, so loads and stores that disagree on the contiguous dim are all coalesced;
+* ``persistent``: a reduction over a concrete size of at most `persistent_max_rnumel`: RBLOCK covers the
+  row, every phase is straight-line code and values are reused across phases (softmax loads once);
+* ``looped``: every reduction phase loops over the row in RBLOCK chunks (``params["rblock"]`` forces the
+  RBLOCK; None lets the candidate configs choose).
+
+The block sizes themselves (XBLOCK/RBLOCK candidates, warps) are `configs.py`, autotuned at run time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from fuse_all_ir import FusionChoices, KernelShape
+
+PERSISTENT_MAX_RNUMEL = 8192   # reductions up to this (concrete) size keep the row in registers
+# A column reduction keeps the row in registers only when it is this short: a long persistent column
+# leaves room for a single column per program (no coalescing); looped, XBLOCK columns walk the rows.
+PERSISTENT_MAX_COLUMN = 256
+
+
+@dataclass
+class TritonChoices(FusionChoices):
+    persistent_max_rnumel: int = PERSISTENT_MAX_RNUMEL
+    rblock: int | None = None           # force RBLOCK of looped reductions (tests use tiny values)
+    force_looped: bool = False
+
+    def choose_kernel_shape(self, kernel, size_hints: dict | None = None) -> KernelShape:
+        plan = kernel.tiling
+        if not kernel.reduction:
+            if plan is not None and plan.kind == "transpose":
+                return KernelShape("tiled", reason="loads and stores disagree on the contiguous dim: 2-D tiles")
+            return KernelShape("pointwise")
+        rnumel = sympy.Mul(*kernel.reduction)
+        limit = self.persistent_max_rnumel
+        if plan is not None and plan.kind == "column":
+            limit = min(limit, PERSISTENT_MAX_COLUMN)
+        if (not self.force_looped and rnumel.is_number and self.rblock is None
+                and int(rnumel) <= limit):
+            return KernelShape("persistent", reason=f"reduction of {rnumel} <= {limit}")
+        return KernelShape("looped", {"rblock": self.rblock})
