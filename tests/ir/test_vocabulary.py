@@ -27,6 +27,7 @@ from fuse_all_codegen_cpp import render as cpp_render
 from fuse_all_codegen_cpp import rules as cpp_rules
 from fuse_all_codegen_triton import reductions as triton_reductions
 from fuse_all_codegen_triton import render as triton_render
+from fuse_all_codegen_triton.choices import TritonChoices
 from fuse_all_codegen_triton import rules as triton_rules
 
 # Every codegen by name: how it renders one kernel (the program's buffer dtypes given), as the backend does.
@@ -131,7 +132,7 @@ REDUCTION_SHAPES = {
     "cpp-split": (1 << 16, lambda kernel, dtypes: cpp_render.render_kernel(kernel, dtypes)),
     "triton-persistent": (128, lambda kernel, dtypes: triton_render.render_kernel(kernel, dtypes).source),
     "triton-looped": (128, lambda kernel, dtypes: triton_render.render_kernel(
-        kernel, dtypes, options=triton_render.RenderOptions(force_looped=True)).source),
+        kernel, dtypes, options=triton_render.RenderOptions(choices=TritonChoices(force_looped=True))).source),
 }
 
 
