@@ -232,3 +232,13 @@ def test_the_program_tuples_are_the_tables_names():
     assert set(ir.OP_ARITY) == set(Op) and set(ir.REDUCTION_OPS) == set(ReductionOp) and set(ir.DTYPES) == set(DType)
     assert set(ir.UNARY_OPS) | set(ir.BINARY_OPS) | set(ir.TERNARY_OPS) == set(Op)
     assert all(ir.OP_ARITY[o] == vocab.OP_INFO[o].arity for o in Op)
+
+
+def test_buffer_dtypes_of_a_kernel_one_rule_for_both_codegens():
+    """The program's layouts first, else what the kernel loads, else what it stores, else float32."""
+    body = [Load("a", "in0", xvar(0), DType.FLOAT16), Compute("b", Op.CAST, ("a",), DType.INT32),
+            Store("out", xvar(0), "b")]
+    kernel = Kernel("k", (sympy.Integer(8),), (), [Loop(False, body)], ("in0", "untouched"), ("out",), ())
+    assert kernel.buffer_dtypes() == {"in0": "float16", "untouched": "float32", "out": "int32"}
+    assert kernel.buffer_dtypes({"in0": "bfloat16", "other": "int8"}) == {
+        "in0": "bfloat16", "untouched": "float32", "out": "int32"}
