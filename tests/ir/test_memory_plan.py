@@ -3,6 +3,8 @@ memory, on the CPU (C++ kernels); results are checked against eager and against 
 reuse (the kernels are the same, so the results must be bit-identical)."""
 from __future__ import annotations
 
+import dataclasses
+
 import sympy
 import torch
 
@@ -160,19 +162,34 @@ def test_storage_elements():
     assert sympy.expand(storage_elements(spec("float32", (s0, 8))) - 8 * s0) == 0
 
 
-def test_validation_rejects_reuse_of_a_live_output(nonzero):
+def test_validation_rejects_reusing_an_output_or_a_buffer_read_later(nonzero):
+    def f(x, w):
+        a = (x @ w).sin()
+        b = (a @ w).cos()
+        return a, (b @ w).tanh()
     x, w = nonzero(8, 8), nonzero(8, 8)
-    prog = lower(chain, x, w).program
-    out = next(iter(output_names(prog)))
-    first_alloc = next(i for i, s in enumerate(prog.steps) if isinstance(s, Alloc) and s.buffer != out)
-    prog.steps.insert(len(prog.steps), Alloc(prog.steps[first_alloc].buffer + "_again"))
-    prog.steps[first_alloc] = Alloc(prog.steps[first_alloc].buffer, reuse=out)
+    prog = lower(f, x, w).program
+    out_a = prog.outputs[0].name
+    positions = [i for i, s in enumerate(prog.steps) if isinstance(s, Alloc)]
+    last = positions[-1]                       # allocated after `a` was written
+    broken = list(prog.steps)
+    broken[last] = Alloc(prog.steps[last].buffer, reuse=out_a)
     try:
-        ir.validate_program(prog)
+        ir.validate_program(dataclasses.replace(prog, steps=broken))
     except ir.InvalidProgram as e:
-        assert "reus" in str(e) or "reads" in str(e)
+        assert "a graph input or output" in str(e)
     else:
         raise AssertionError("a reuse of a graph output passed validation")
+    # after a reuse the donor is dead: any later use of it is rejected like a use of a freed buffer
+    planned = lower(chain, x, w).program
+    at, step = next((i, s) for i, s in enumerate(planned.steps) if isinstance(s, Alloc) and s.reuse)
+    broken = planned.steps[:at + 1] + [Free(step.reuse)] + planned.steps[at + 1:]
+    try:
+        ir.validate_program(dataclasses.replace(planned, steps=broken))
+    except ir.InvalidProgram as e:
+        assert repr(step.reuse) in str(e) and "freed" in str(e)
+    else:
+        raise AssertionError("a use of a reused (dead) buffer passed validation")
 
 
 def test_a_training_forward_keeps_its_saved_tensors():
