@@ -223,3 +223,30 @@ def test_dynamic_shapes_reuse_only_buffers_of_equal_symbolic_size():
     for rows in (5, 9, 16):
         x = torch.randn(rows, 8)
         torch.testing.assert_close(compiled(x, w)[0], chain(x, w)[0])
+
+
+def test_an_aten_call_that_writes_gets_real_views_and_others_reinterpreted_ones():
+    """Views passed to an op that writes into them are `as_strided` views: the write bumps the base's
+    version counter, as in eager; views for other ops are `reinterpret_tensor`s (no dispatcher)."""
+    half = ir.TensorSpec("float32", (sympy.Integer(2), sympy.Integer(4)), (sympy.Integer(4), sympy.Integer(1)),
+                         sympy.Integer(4))
+    prog = program("g", "cpu", {"arg0": spec("float32", (4, 4)), "arg1": spec("float32", (4, 4))}, {}, [])
+    prog.steps = [ExternCall("aten.copy_.default", (BufferRef("arg0", half), BufferRef("arg1", half)), {},
+                             (None,), (None,)),
+                  ExternCall("aten.mul.Tensor", (BufferRef("arg1", half), 2.0), {}, ("buf0",),
+                             (spec("float32", (2, 4)),))]
+    prog.outputs = [BufferRef("buf0")]
+    source = ir.render_host_program(prog, CppTarget())
+    copy_line = next(line for line in source.splitlines() if "aten_copy_" in line and "(" in line and "=" in line
+                     and "torch.ops" not in line)
+    mul_line = next(line for line in source.splitlines() if "aten_mul_" in line and "torch.ops" not in line
+                    and "buf0 =" in line)
+    assert "as_strided(arg0" in copy_line and "reinterpret_tensor(" not in copy_line
+    assert "reinterpret_tensor(arg1" in mul_line
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    expected_x = x.clone()
+    expected_x[1:3] = y[1:3]
+    version = x._version
+    out, = run(prog, [x, y])
+    assert torch.equal(x, expected_x) and x._version > version
+    torch.testing.assert_close(out, y[1:3] * 2)

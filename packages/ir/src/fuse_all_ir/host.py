@@ -325,7 +325,10 @@ def _extern_handles(program: Program) -> list[str]:
 
 
 def _render_extern(step: ExternCall, handles: dict[str, str]) -> list[str]:
-    args = [py_literal(a) for a in step.args] + [f"{k}={py_literal(v)}" for k, v in step.kwargs.items()]
+    """An op that writes into an argument gets its views through `as_strided` (a real view: the write
+    shows in the base's version counter, as eager's would); other ops through `reinterpret_tensor`."""
+    literal = _output_literal if memory.extern_writes(step.target) else py_literal
+    args = [literal(a) for a in step.args] + [f"{k}={literal(v)}" for k, v in step.kwargs.items()]
     call = f"{handles[str(step.target)]}({', '.join(args)})"
     if step.single_result:
         lines = [f"{step.outputs[0] or '_'} = {call}"]
@@ -346,6 +349,17 @@ def _render_output(out) -> str:
     if isinstance(out, sympy.Basic):
         return py_index(out)
     return py_literal(out)
+
+
+def _output_literal(value) -> str:
+    """`py_literal` with views as `as_strided` (nested in lists and tuples too)."""
+    if isinstance(value, BufferRef):
+        return _output_ref(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_output_literal(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_output_literal(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    return py_literal(value)
 
 
 def _render_main(program: Program) -> str:

@@ -31,9 +31,7 @@ def storage_elements(spec: TensorSpec) -> sympy.Expr:
     return sympy.expand(1 + sum((n - 1) * sympy.sympify(st) for n, st in zip(size, spec.stride)))
 
 
-def extern_may_alias(target) -> bool:
-    """Whether an ATen call may return a view of (or write into) one of its arguments, by the op's schema;
-    True when the schema cannot be found."""
+def _schema(target):
     import torch
 
     op = target
@@ -43,12 +41,24 @@ def extern_may_alias(target) -> bool:
             for part in target.split("."):
                 op = getattr(op, part)
         except (AttributeError, RuntimeError):
-            return True
-    schema = getattr(op, "_schema", None)
+            return None
+    return getattr(op, "_schema", None)
+
+
+def extern_may_alias(target) -> bool:
+    """Whether an ATen call may return a view of (or write into) one of its arguments, by the op's schema;
+    True when the schema cannot be found."""
+    schema = _schema(target)
     if schema is None:
         return True
     return (any(r.alias_info is not None for r in schema.returns)
             or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments))
+
+
+def extern_writes(target) -> bool:
+    """Whether an ATen call may write into one of its arguments (True when the schema cannot be found)."""
+    schema = _schema(target)
+    return schema is None or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
 def buffer_specs(program: Program) -> dict[str, TensorSpec]:
