@@ -250,3 +250,33 @@ def test_an_aten_call_that_writes_gets_real_views_and_others_reinterpreted_ones(
     out, = run(prog, [x, y])
     assert torch.equal(x, expected_x) and x._version > version
     torch.testing.assert_close(out, y[1:3] * 2)
+
+
+def test_an_aten_result_on_another_device_never_gives_its_memory():
+    """buf1 = clone(x) by ATen dies before buf3 (same layout) is allocated: reused when the result is on
+    the program's device, never when it is elsewhere (`.cpu()` in a CUDA graph)."""
+    x0, x1 = xvar(0), xvar(1)
+
+    def scale(name, src, dst, factor):
+        return pointwise(name, (4, 4), [Load("a", src, 4 * x1 + x0, "float32"), ir.Const("f", factor, "float32"),
+                                        Compute("b", "mul", ("a", "f"), "float32"), Store(dst, 4 * x0 + x1, "b")],
+                         [src], [dst])
+
+    def build(result_device: str) -> ir.Program:
+        prog = program("g", "cpu", {"arg0": spec("float32", (4, 4))}, {"buf4": spec("float32", (4, 4))},
+                       [scale("kernel_0", "buf1", "buf2", 3.0), scale("kernel_1", "buf2", "buf3", 2.0),
+                        scale("kernel_2", "buf3", "buf4", 5.0)],
+                       temps={"buf2": spec("float32", (4, 4)), "buf3": spec("float32", (4, 4))})
+        prog.steps = [ExternCall("aten.clone.default", (BufferRef("arg0"),), {}, ("buf1",),
+                                 (spec("float32", (4, 4), device=result_device),)),
+                      Alloc("buf2"), KernelCall("kernel_0"), Free("buf1"),
+                      Alloc("buf3"), KernelCall("kernel_1"), Free("buf2"),
+                      Alloc("buf4"), KernelCall("kernel_2"), Free("buf3")]
+        planned = plan_reuse(prog)
+        ir.validate_program(planned)
+        return planned
+    assert reuses(build("cpu")) == {"buf3": "buf1", "buf4": "buf2"}
+    assert reuses(build("cuda:0")) == {"buf4": "buf2"}       # the output takes only the host's own memory
+    x = torch.randn(4, 4)
+    got, = run(build("cpu"), [x])
+    torch.testing.assert_close(got, x.t() * 30)     # transposed three times

@@ -13,7 +13,8 @@ and a later `Alloc` of the same dtype takes one from it instead of allocating:
 
 A buffer never gives its memory away when it is a graph input or output (saved tensors of a training
 forward are outputs), or when an ATen call may have returned a view of it (the view could still be
-live), or when it is such a view itself. A graph output only takes memory the host program allocated
+live), or when it is such a view itself, or when it is an ATen result on another device (`x.cpu()` in a
+CUDA graph). A graph output only takes memory the host program allocated
 with exactly its layout, so what the caller receives is indistinguishable from a fresh allocation.
 """
 from __future__ import annotations
@@ -108,7 +109,7 @@ def plan_reuse(program: Program) -> Program:
             own.add(step.buffer)
         elif isinstance(step, Free) and step.buffer not in no_donor:
             spec = specs.get(step.buffer)
-            if spec is not None and storage_elements(spec) != 0:
+            if spec is not None and spec.device == program.device and storage_elements(spec) != 0:
                 pool.append((step.buffer, spec))
         steps.append(step)
     # a donor's own Free goes: the Alloc that reuses it ends its life
