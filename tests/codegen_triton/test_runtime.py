@@ -64,13 +64,16 @@ def test_run_on_launches_on_the_given_stream_without_a_device_lookup(tmp_path, f
     from fuse_all_codegen_triton import _triton_compat as compat
     kernel = cos_sin_kernel(tmp_path)
     prepare(kernel, fake_gpu, (FakeTensor(4096), FakeTensor(8192), 10_000))
+    monkeypatch.setattr(compat, "current_device_getter", lambda: (lambda: 5))   # another device is current
     run, run_on = kernel._make_fast_launcher(0, (FakeTensor(4096), FakeTensor(8192), 10_000))
-    run_on(777, FakeTensor(4096), FakeTensor(8192), 10_000)
+    run(FakeTensor(4096), FakeTensor(8192), 10_000)                # `run` checks: the general path
+    assert len(fake_gpu["general"]) == 1 and not fake_gpu["runner"]
+    run_on(777, FakeTensor(4096), FakeTensor(8192), 10_000)        # the host program checked once per call
     assert fake_gpu["runner"] == [(10, 1, 1, 777, "FUNC", "META", None, None, None, 4096, 8192, 10_000, 1024)]
     run_source = kernel.launcher_source.split("def run_on")[1]
     assert "get_device" not in run_source and "get_stream" not in run_source
     run_on(777, FakeTensor(4100), FakeTensor(8192), 10_000)        # unaligned: still the general path
-    assert len(fake_gpu["general"]) == 1 and fake_gpu["general"][0][2] == 10_000
+    assert len(fake_gpu["general"]) == 2 and fake_gpu["general"][1][0].ptr == 4100
 
 
 def test_run_on_costs_one_frame_a_data_ptr_per_tensor_and_the_launch(tmp_path, fake_gpu):

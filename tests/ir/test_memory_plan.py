@@ -3,6 +3,8 @@ memory, on the CPU (C++ kernels); results are checked against eager and against 
 reuse (the kernels are the same, so the results must be bit-identical)."""
 from __future__ import annotations
 
+import dataclasses
+
 import sympy
 import torch
 
@@ -160,19 +162,34 @@ def test_storage_elements():
     assert sympy.expand(storage_elements(spec("float32", (s0, 8))) - 8 * s0) == 0
 
 
-def test_validation_rejects_reuse_of_a_live_output(nonzero):
+def test_validation_rejects_reusing_an_output_or_a_buffer_read_later(nonzero):
+    def f(x, w):
+        a = (x @ w).sin()
+        b = (a @ w).cos()
+        return a, (b @ w).tanh()
     x, w = nonzero(8, 8), nonzero(8, 8)
-    prog = lower(chain, x, w).program
-    out = next(iter(output_names(prog)))
-    first_alloc = next(i for i, s in enumerate(prog.steps) if isinstance(s, Alloc) and s.buffer != out)
-    prog.steps.insert(len(prog.steps), Alloc(prog.steps[first_alloc].buffer + "_again"))
-    prog.steps[first_alloc] = Alloc(prog.steps[first_alloc].buffer, reuse=out)
+    prog = lower(f, x, w).program
+    out_a = prog.outputs[0].name
+    positions = [i for i, s in enumerate(prog.steps) if isinstance(s, Alloc)]
+    last = positions[-1]                       # allocated after `a` was written
+    broken = list(prog.steps)
+    broken[last] = Alloc(prog.steps[last].buffer, reuse=out_a)
     try:
-        ir.validate_program(prog)
+        ir.validate_program(dataclasses.replace(prog, steps=broken))
     except ir.InvalidProgram as e:
-        assert "reus" in str(e) or "reads" in str(e)
+        assert "a graph input or output" in str(e)
     else:
         raise AssertionError("a reuse of a graph output passed validation")
+    # after a reuse the donor is dead: any later use of it is rejected like a use of a freed buffer
+    planned = lower(chain, x, w).program
+    at, step = next((i, s) for i, s in enumerate(planned.steps) if isinstance(s, Alloc) and s.reuse)
+    broken = planned.steps[:at + 1] + [Free(step.reuse)] + planned.steps[at + 1:]
+    try:
+        ir.validate_program(dataclasses.replace(planned, steps=broken))
+    except ir.InvalidProgram as e:
+        assert repr(step.reuse) in str(e) and "freed" in str(e)
+    else:
+        raise AssertionError("a use of a reused (dead) buffer passed validation")
 
 
 def test_a_training_forward_keeps_its_saved_tensors():
@@ -206,3 +223,60 @@ def test_dynamic_shapes_reuse_only_buffers_of_equal_symbolic_size():
     for rows in (5, 9, 16):
         x = torch.randn(rows, 8)
         torch.testing.assert_close(compiled(x, w)[0], chain(x, w)[0])
+
+
+def test_an_aten_call_that_writes_gets_real_views_and_others_reinterpreted_ones():
+    """Views passed to an op that writes into them are `as_strided` views: the write bumps the base's
+    version counter, as in eager; views for other ops are `reinterpret_tensor`s (no dispatcher)."""
+    half = ir.TensorSpec("float32", (sympy.Integer(2), sympy.Integer(4)), (sympy.Integer(4), sympy.Integer(1)),
+                         sympy.Integer(4))
+    prog = program("g", "cpu", {"arg0": spec("float32", (4, 4)), "arg1": spec("float32", (4, 4))}, {}, [])
+    prog.steps = [ExternCall("aten.copy_.default", (BufferRef("arg0", half), BufferRef("arg1", half)), {},
+                             (None,), (None,)),
+                  ExternCall("aten.mul.Tensor", (BufferRef("arg1", half), 2.0), {}, ("buf0",),
+                             (spec("float32", (2, 4)),))]
+    prog.outputs = [BufferRef("buf0")]
+    source = ir.render_host_program(prog, CppTarget())
+    copy_line = next(line for line in source.splitlines() if "aten_copy_" in line and "(" in line and "=" in line
+                     and "torch.ops" not in line)
+    mul_line = next(line for line in source.splitlines() if "aten_mul_" in line and "torch.ops" not in line
+                    and "buf0 =" in line)
+    assert "as_strided(arg0" in copy_line and "reinterpret_tensor(" not in copy_line
+    assert "reinterpret_tensor(arg1" in mul_line
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    expected_x = x.clone()
+    expected_x[1:3] = y[1:3]
+    version = x._version
+    out, = run(prog, [x, y])
+    assert torch.equal(x, expected_x) and x._version > version
+    torch.testing.assert_close(out, y[1:3] * 2)
+
+
+def test_an_aten_result_on_another_device_never_gives_its_memory():
+    """buf1 = clone(x) by ATen dies before buf3 (same layout) is allocated: reused when the result is on
+    the program's device, never when it is elsewhere (`.cpu()` in a CUDA graph)."""
+    x0, x1 = xvar(0), xvar(1)
+
+    def scale(name, src, dst, factor):
+        return pointwise(name, (4, 4), [Load("a", src, 4 * x1 + x0, "float32"), ir.Const("f", factor, "float32"),
+                                        Compute("b", "mul", ("a", "f"), "float32"), Store(dst, 4 * x0 + x1, "b")],
+                         [src], [dst])
+
+    def build(result_device: str) -> ir.Program:
+        prog = program("g", "cpu", {"arg0": spec("float32", (4, 4))}, {"buf4": spec("float32", (4, 4))},
+                       [scale("kernel_0", "buf1", "buf2", 3.0), scale("kernel_1", "buf2", "buf3", 2.0),
+                        scale("kernel_2", "buf3", "buf4", 5.0)],
+                       temps={"buf2": spec("float32", (4, 4)), "buf3": spec("float32", (4, 4))})
+        prog.steps = [ExternCall("aten.clone.default", (BufferRef("arg0"),), {}, ("buf1",),
+                                 (spec("float32", (4, 4), device=result_device),)),
+                      Alloc("buf2"), KernelCall("kernel_0"), Free("buf1"),
+                      Alloc("buf3"), KernelCall("kernel_1"), Free("buf2"),
+                      Alloc("buf4"), KernelCall("kernel_2"), Free("buf3")]
+        planned = plan_reuse(prog)
+        ir.validate_program(planned)
+        return planned
+    assert reuses(build("cpu")) == {"buf3": "buf1", "buf4": "buf2"}
+    assert reuses(build("cuda:0")) == {"buf4": "buf2"}       # the output takes only the host's own memory
+    x = torch.randn(4, 4)
+    got, = run(build("cpu"), [x])
+    torch.testing.assert_close(got, x.t() * 30)     # transposed three times

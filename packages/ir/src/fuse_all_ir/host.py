@@ -282,6 +282,7 @@ def _render_call_body(program: Program, target: KernelTarget, profiled: bool = F
         body += target.render_call_prologue(program)
     externs = 0
     specs = memory.buffer_specs(program)
+    handles = _extern_handle_names(program)
     for step in program.steps:
         if isinstance(step, Alloc) and step.reuse is not None:
             spec = specs[step.buffer]
@@ -300,7 +301,7 @@ def _render_call_body(program: Program, target: KernelTarget, profiled: bool = F
                                            [str(s) for s in kernel.size_symbols])]
             body += _in_range(kernel_range_name(program.graph_id, kernel.name), launch) if profiled else launch
         elif isinstance(step, ExternCall):
-            lines = _render_extern(step)
+            lines = _render_extern(step, handles)
             if profiled:
                 lines = _in_range(extern_range_name(program.graph_id, externs, str(step.target)), lines)
             externs += 1
@@ -312,19 +313,27 @@ def _render_call_body(program: Program, target: KernelTarget, profiled: bool = F
     return body
 
 
-def _extern_handle(target) -> str:
-    """The module-level name bound to an ATen op (`torch.ops.aten.mm.default` looked up once, at import)."""
-    return "_fa_op_" + "".join(c if c.isalnum() else "_" for c in str(target))
+def _extern_handle_names(program: Program) -> dict[str, str]:
+    """Module-level names bound to the program's ATen ops (`torch.ops.aten.mm.default` looked up once, at
+    import): `_fa_op_<n>_<op>`, numbered so that no two targets share a name."""
+    names: dict[str, str] = {}
+    for step in program.steps:
+        if isinstance(step, ExternCall) and str(step.target) not in names:
+            readable = "".join(c if c.isalnum() else "_" for c in str(step.target))
+            names[str(step.target)] = f"_fa_op_{len(names)}_{readable}"
+    return names
 
 
 def _extern_handles(program: Program) -> list[str]:
-    targets = dict.fromkeys(str(s.target) for s in program.steps if isinstance(s, ExternCall))
-    return [f"{_extern_handle(t)} = torch.ops.{t}" for t in targets]
+    return [f"{name} = torch.ops.{target}" for target, name in _extern_handle_names(program).items()]
 
 
-def _render_extern(step: ExternCall) -> list[str]:
-    args = [py_literal(a) for a in step.args] + [f"{k}={py_literal(v)}" for k, v in step.kwargs.items()]
-    call = f"{_extern_handle(step.target)}({', '.join(args)})"
+def _render_extern(step: ExternCall, handles: dict[str, str]) -> list[str]:
+    """An op that writes into an argument gets its views through `as_strided` (a real view: the write
+    shows in the base's version counter, as eager's would); other ops through `reinterpret_tensor`."""
+    literal = _output_literal if memory.extern_writes(step.target) else py_literal
+    args = [literal(a) for a in step.args] + [f"{k}={literal(v)}" for k, v in step.kwargs.items()]
+    call = f"{handles[str(step.target)]}({', '.join(args)})"
     if step.single_result:
         lines = [f"{step.outputs[0] or '_'} = {call}"]
     else:
@@ -344,6 +353,17 @@ def _render_output(out) -> str:
     if isinstance(out, sympy.Basic):
         return py_index(out)
     return py_literal(out)
+
+
+def _output_literal(value) -> str:
+    """`py_literal` with views as `as_strided` (nested in lists and tuples too)."""
+    if isinstance(value, BufferRef):
+        return _output_ref(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_output_literal(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_output_literal(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    return py_literal(value)
 
 
 def _render_main(program: Program) -> str:

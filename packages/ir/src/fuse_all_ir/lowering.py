@@ -182,7 +182,7 @@ class GraphLowering:
         for v in vals:
             if isinstance(v, torch.Tensor):
                 outputs.append(self.new_name())
-                specs.append(spec_of(v, self.device))
+                specs.append(spec_of(v, str(v.device)))   # an ATen result may live elsewhere (`.cpu()`)
             else:
                 outputs.append(None)
                 specs.append(None)

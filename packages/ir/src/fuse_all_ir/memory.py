@@ -13,7 +13,8 @@ and a later `Alloc` of the same dtype takes one from it instead of allocating:
 
 A buffer never gives its memory away when it is a graph input or output (saved tensors of a training
 forward are outputs), or when an ATen call may have returned a view of it (the view could still be
-live), or when it is such a view itself. A graph output only takes memory the host program allocated
+live), or when it is such a view itself, or when it is an ATen result on another device (`x.cpu()` in a
+CUDA graph). A graph output only takes memory the host program allocated
 with exactly its layout, so what the caller receives is indistinguishable from a fresh allocation.
 """
 from __future__ import annotations
@@ -31,9 +32,7 @@ def storage_elements(spec: TensorSpec) -> sympy.Expr:
     return sympy.expand(1 + sum((n - 1) * sympy.sympify(st) for n, st in zip(size, spec.stride)))
 
 
-def extern_may_alias(target) -> bool:
-    """Whether an ATen call may return a view of (or write into) one of its arguments, by the op's schema;
-    True when the schema cannot be found."""
+def _schema(target):
     import torch
 
     op = target
@@ -43,12 +42,24 @@ def extern_may_alias(target) -> bool:
             for part in target.split("."):
                 op = getattr(op, part)
         except (AttributeError, RuntimeError):
-            return True
-    schema = getattr(op, "_schema", None)
+            return None
+    return getattr(op, "_schema", None)
+
+
+def extern_may_alias(target) -> bool:
+    """Whether an ATen call may return a view of (or write into) one of its arguments, by the op's schema;
+    True when the schema cannot be found."""
+    schema = _schema(target)
     if schema is None:
         return True
     return (any(r.alias_info is not None for r in schema.returns)
             or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments))
+
+
+def extern_writes(target) -> bool:
+    """Whether an ATen call may write into one of its arguments (True when the schema cannot be found)."""
+    schema = _schema(target)
+    return schema is None or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
 def buffer_specs(program: Program) -> dict[str, TensorSpec]:
@@ -98,7 +109,7 @@ def plan_reuse(program: Program) -> Program:
             own.add(step.buffer)
         elif isinstance(step, Free) and step.buffer not in no_donor:
             spec = specs.get(step.buffer)
-            if spec is not None and storage_elements(spec) != 0:
+            if spec is not None and spec.device == program.device and storage_elements(spec) != 0:
                 pool.append((step.buffer, spec))
         steps.append(step)
     # a donor's own Free goes: the Alloc that reuses it ends its life
