@@ -109,7 +109,7 @@ def _build(row, device):
     return ROWS[row](device)
 
 
-def measure_row(row: str, device: str) -> tuple[list[dict], list[dict]]:
+def measure_row(row: str, device: str, inductor: bool = True) -> tuple[list[dict], list[dict]]:
     with tempfile.TemporaryDirectory(prefix="fa-kernel-counts-") as folder:
         previous = os.environ.get("FUSE_ALL_ARTIFACT_DIR")
         os.environ["FUSE_ALL_ARTIFACT_DIR"] = folder
@@ -122,6 +122,8 @@ def measure_row(row: str, device: str) -> tuple[list[dict], list[dict]]:
                 os.environ["FUSE_ALL_ARTIFACT_DIR"] = previous
         records = [json.loads(p.read_text()) for p in Path(folder).glob("*.json")]
     ours = [count_fuse_all(r) for r in sorted(records, key=lambda r: r["created"])]
+    if not inductor:
+        return ours, []
 
     handler = _OutputCode()
     loggers = _output_code_loggers()
@@ -177,10 +179,11 @@ def main(argv=None):
                         help=f"rows: {', '.join(ROWS)}, or any bench/workloads.py workload name")
     parser.add_argument("--externs", action="store_true", help="list each graph's ATen calls on both sides")
     parser.add_argument("--json", help="also write the counts to this file")
+    parser.add_argument("--no-inductor", action="store_true", help="fuse_all's counts only (quick)")
     args = parser.parse_args(argv)
     results = []
     for row in args.rows:
-        ours, theirs = measure_row(row, args.device)
+        ours, theirs = measure_row(row, args.device, inductor=not args.no_inductor)
         results += print_table(row, ours, theirs, args.externs)
     worse = [r for r in results if r["diff"] is not None and r["diff"] > 0]
     print(f"\n{len(worse)} of {len(results)} graphs have more kernels + ATen calls than Inductor's")
