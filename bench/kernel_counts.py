@@ -33,6 +33,7 @@ for _src in [ROOT / "src", *sorted((ROOT / "packages").glob("*/src"))]:
 sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
+import torch._inductor.config  # noqa: E402
 
 import workloads  # noqa: E402
 
@@ -133,7 +134,9 @@ def measure_row(row: str, device: str, inductor: bool = True) -> tuple[list[dict
         lg.setLevel(logging.DEBUG)
         lg.propagate = False
     try:
-        _run(row, device, "inductor")
+        # a cache hit would skip the compile whose output code we read
+        with torch._inductor.config.patch(fx_graph_cache=False), _no_autograd_cache():
+            _run(row, device, "inductor")
     finally:
         for lg, level, propagate in saved:
             lg.removeHandler(handler)
@@ -141,6 +144,14 @@ def measure_row(row: str, device: str, inductor: bool = True) -> tuple[list[dict
             lg.propagate = propagate
     theirs = [count_inductor(code) for code in handler.codes]
     return ours, theirs
+
+
+def _no_autograd_cache():
+    import contextlib
+    import torch._functorch.config as functorch_config
+    if hasattr(functorch_config, "enable_autograd_cache"):
+        return functorch_config.patch(enable_autograd_cache=False)
+    return contextlib.nullcontext()
 
 
 def _total(c):
