@@ -33,6 +33,7 @@ for _src in [ROOT / "src", *sorted((ROOT / "packages").glob("*/src"))]:
 sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
+import torch._inductor.config  # noqa: E402
 
 import workloads  # noqa: E402
 
@@ -109,7 +110,7 @@ def _build(row, device):
     return ROWS[row](device)
 
 
-def measure_row(row: str, device: str) -> tuple[list[dict], list[dict]]:
+def measure_row(row: str, device: str, inductor: bool = True) -> tuple[list[dict], list[dict]]:
     with tempfile.TemporaryDirectory(prefix="fa-kernel-counts-") as folder:
         previous = os.environ.get("FUSE_ALL_ARTIFACT_DIR")
         os.environ["FUSE_ALL_ARTIFACT_DIR"] = folder
@@ -122,6 +123,8 @@ def measure_row(row: str, device: str) -> tuple[list[dict], list[dict]]:
                 os.environ["FUSE_ALL_ARTIFACT_DIR"] = previous
         records = [json.loads(p.read_text()) for p in Path(folder).glob("*.json")]
     ours = [count_fuse_all(r) for r in sorted(records, key=lambda r: r["created"])]
+    if not inductor:
+        return ours, []
 
     handler = _OutputCode()
     loggers = _output_code_loggers()
@@ -131,7 +134,9 @@ def measure_row(row: str, device: str) -> tuple[list[dict], list[dict]]:
         lg.setLevel(logging.DEBUG)
         lg.propagate = False
     try:
-        _run(row, device, "inductor")
+        # a cache hit would skip the compile whose output code we read
+        with torch._inductor.config.patch(fx_graph_cache=False), _no_autograd_cache():
+            _run(row, device, "inductor")
     finally:
         for lg, level, propagate in saved:
             lg.removeHandler(handler)
@@ -139,6 +144,14 @@ def measure_row(row: str, device: str) -> tuple[list[dict], list[dict]]:
             lg.propagate = propagate
     theirs = [count_inductor(code) for code in handler.codes]
     return ours, theirs
+
+
+def _no_autograd_cache():
+    import contextlib
+    import torch._functorch.config as functorch_config
+    if hasattr(functorch_config, "enable_autograd_cache"):
+        return functorch_config.patch(enable_autograd_cache=False)
+    return contextlib.nullcontext()
 
 
 def _total(c):
@@ -177,10 +190,11 @@ def main(argv=None):
                         help=f"rows: {', '.join(ROWS)}, or any bench/workloads.py workload name")
     parser.add_argument("--externs", action="store_true", help="list each graph's ATen calls on both sides")
     parser.add_argument("--json", help="also write the counts to this file")
+    parser.add_argument("--no-inductor", action="store_true", help="fuse_all's counts only (quick)")
     args = parser.parse_args(argv)
     results = []
     for row in args.rows:
-        ours, theirs = measure_row(row, args.device)
+        ours, theirs = measure_row(row, args.device, inductor=not args.no_inductor)
         results += print_table(row, ours, theirs, args.externs)
     worse = [r for r in results if r["diff"] is not None and r["diff"] > 0]
     print(f"\n{len(worse)} of {len(results)} graphs have more kernels + ATen calls than Inductor's")

@@ -53,7 +53,7 @@ class Generator(PointwiseOps, ShapeOps):
         self.counter = 0
         self.tags = []
         self.ncalls = (3 if r.random() < 0.3 else 2) if self.dynamic else 1
-        self.limit = BIG_NUMEL if self.big else HUGE_SUM * 4 if self.huge else max_numel
+        self.limit = HUGE_SUM * 4 if self.huge else BIG_NUMEL if self.big else max_numel  # as _base_shape
         dts = [torch.float32] * 8 + [torch.float64] * 2 + [torch.float16] * 2 + [torch.bfloat16] * 2 + \
               [torch.int32, torch.int64]
         if self.train:

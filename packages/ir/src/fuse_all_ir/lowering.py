@@ -389,7 +389,6 @@ class GraphLowering:
             return value
         raise Unsupported(f"graph output of type {type(value).__name__}")
 
-
     def _expand_of_realized_source(self, node: torch.fx.Node, stride):
         """An output that is `expand` (stride 0) of a computed value: the value is made a buffer and the
         output returned as the stride-0 view of it, as eager does, instead of a materialised copy."""
