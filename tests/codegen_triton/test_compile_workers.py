@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -43,15 +44,19 @@ def test_module_text_starts_the_kernel_on_its_line():
         module_text("@triton.jit\n", 1)
 
 
-def test_a_worker_that_cannot_start_leaves_the_compile_to_the_thread(monkeypatch, caplog):
+def test_a_worker_that_cannot_start_leaves_the_compile_to_the_thread(monkeypatch, caplog, tmp_path):
     from fuse_all_codegen_triton import compile_worker
 
     def no_worker():
         raise OSError("no processes here")
     monkeypatch.setattr(compile_worker, "_Worker", no_worker)
+    monkeypatch.setenv("FUSE_ALL_CACHE_DIR", str(tmp_path))
     pool = compile_worker.WorkerPool(2)
+    fn = SimpleNamespace(raw_src=["@triton.jit\n", "def k(x):\n", "    pass\n"], starting_line_number=20,
+                         __name__="k")
+    target = SimpleNamespace(backend="cuda", arch=90, warp_size=32)
     with caplog.at_level(logging.WARNING, logger="fuse_all"):
-        assert pool.compile(None, {}, {}, (), 4, 1, None, "") is False
+        assert pool.compile(fn, {"x": "i32"}, {}, (), 4, 1, target, str(tmp_path)) is False
     assert "compiling Triton kernels in threads" in caplog.text and pool.broken
 
 
@@ -62,3 +67,10 @@ def test_the_switch_is_checked(monkeypatch):
         compiler.use_workers()
     monkeypatch.setenv("FUSE_ALL_COMPILE_WORKERS", "threads")
     assert compiler.use_workers() is False
+
+
+def test_a_warm_start_needs_no_worker(tmp_path):
+    first = _probe(tmp_path, "processes", kernels=2)
+    again = _probe(tmp_path, "processes", kernels=2)      # same caches: Triton's entries are there
+    assert first["workers"] >= 1 and again["workers"] == 0
+    assert again["hashes"] == first["hashes"] and again["entries"] == first["entries"]

@@ -156,19 +156,26 @@ class WorkerPool:
 
     def compile(self, fn, signature: dict, constexprs: dict, divisible: tuple, num_warps: int, num_stages: int,
                 target, cache_dir: str) -> bool:
-        """Compile in a worker (filling Triton's cache); False when the workers are unusable."""
-        if not self._workers:
-            self.start()
-        if self.broken is not None or not self._workers:
-            return False
+        """Compile in a worker (filling Triton's cache); False when the workers are unusable. A variant a
+        worker compiled before into this cache folder (a marker in our private cache says so; a warm
+        start) is left to the parent's compile, which finds it in Triton's cache without a worker."""
         raw_source = "".join(fn.raw_src) if isinstance(fn.raw_src, list) else fn.raw_src
         job = {"raw_source": raw_source, "start_line": fn.starting_line_number, "name": fn.__name__,
                "signature": signature, "constexprs": constexprs, "divisible": tuple(divisible),
                "num_warps": num_warps, "num_stages": num_stages,
                "target": (target.backend, target.arch, target.warp_size), "cache_dir": cache_dir}
+        marker = _marker(job)
+        if marker is not None and marker.exists():
+            return True
+        if not self._workers:
+            self.start()
+        if self.broken is not None or not self._workers:
+            return False
         worker = self._idle.get()
         try:
             worker.run(job)
+            if marker is not None:
+                _touch(marker)
             return True
         except RuntimeError as error:     # the compile itself failed: the parent's compile reports it
             log.debug("fuse-all: worker compile of %s failed: %s", fn.__name__, error)
@@ -188,6 +195,27 @@ class WorkerPool:
         for worker in self._workers:
             worker.close()
         self._workers.clear()
+
+
+def _marker(job: dict):
+    """Where we note that a worker compiled `job` into Triton's cache (a private folder of ours)."""
+    import hashlib
+    try:
+        import triton
+
+        from fuse_all_ir import private_dir
+        key = hashlib.sha256(repr((sorted(job.items()), triton.__version__)).encode()).hexdigest()[:40]
+        return private_dir("triton", "compiled") / key
+    except Exception:  # noqa: BLE001 - only a shortcut
+        return None
+
+
+def _touch(path) -> None:
+    try:
+        from fuse_all_ir import atomic_write
+        atomic_write(path, b"")
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":
