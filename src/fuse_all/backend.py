@@ -138,6 +138,8 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     target = _target_for(graph.device, opts)
     bar.set_phase("lowering and fusing")
     with outputs.timed("lower_fuse_schedule"):
+        if graph.kind == "inference" and graph.device == "cpu":
+            ir.prefer_channels_last(graph.graph_module, graph.example_inputs)   # oneDNN's fast convolutions
         compiled = ir.lower(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device,
                             validate=True if opts.debug or debug_enabled() else None,   # None: FUSE_ALL_VALIDATE decides
                             choices=getattr(target, "choices", None))

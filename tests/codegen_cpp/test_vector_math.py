@@ -7,6 +7,7 @@ libraries take other paths: +-inf, NaN, +-0, subnormals, huge magnitudes, overfl
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,3 +68,46 @@ def test_vector_math_matches_eager_accuracy(name):
     worst = ours_err.max().item()
     assert worst <= max(eager_err.max().item() + 0.5, LIBMVEC_MAX_ULPS), (
         name, worst, eager_err.max().item(), x[finite][ours_err.argmax()].item())
+
+
+def test_masked_reductions_load_bool_buffers_as_bytes():
+    """bool buffers reach kernels as `uint8_t*`: GCC 12 vectorises no `omp simd` reduction loop that loads a
+    C++ `bool` (a causal mask's softmax phases ran scalar). Results stay those of eager."""
+    from fuse_all_codegen_cpp import compiler
+
+    scores = torch.randn(3, 37, 37)
+    causal = torch.tril(torch.ones(37, 37, dtype=torch.bool))
+
+    def masked_softmax(s, m):
+        return torch.softmax(torch.where(m, s / 8, torch.finfo(s.dtype).min), dim=-1)
+    compiled = torch.compile(masked_softmax, backend="fuse_all", options={"fallback": False})
+    torch.testing.assert_close(compiled(scores, causal), masked_softmax(scores, causal))
+    import fuse_all
+    (source,) = fuse_all.compiled_graphs()[-1].kernel_sources.values()
+    assert "const uint8_t* __restrict__" in source and "bool*" not in source
+    # and GCC does vectorise them: its report names the max, sum and normalise phases of the kernel
+    cxx = compiler.find_compiler()
+    if "g++" not in cxx[-1]:
+        pytest.skip(f"the vectorisation report checked here is GCC's, the compiler is {cxx[-1]}")
+    import subprocess
+    import tempfile
+    tu = "\n".join(compiler_source_lines(fuse_all.compiled_graphs()[-1].output_code))
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "tu.cpp"
+        src.write_text(tu)
+        flags = [f for f in compiler.compile_flags() if f not in ("-shared", "-fPIC")]
+        report = subprocess.run([*cxx, *flags, "-c", "-o", str(Path(tmp) / "tu.o"), str(src), "-fopt-info-vec-optimized"],
+                                capture_output=True, text=True, check=True).stderr
+    kernel_start = tu[: tu.index('extern "C" void kernel_0')].count("\n") + 1
+    vectorised = {int(line.split(":")[1]) for line in report.splitlines() if "loop vectorized" in line}
+    assert len({n for n in vectorised if n > kernel_start}) >= 3, report
+
+
+def compiler_source_lines(output_code: str) -> list[str]:
+    """The C++ translation unit a host program embeds (`_fa_cpp_source`)."""
+    import ast
+    tree = ast.parse(Path(output_code).read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "_fa_cpp_source":
+            return ast.literal_eval(node.value).splitlines()
+    raise AssertionError(f"no _fa_cpp_source in {output_code}")
