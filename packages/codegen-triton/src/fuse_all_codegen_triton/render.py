@@ -26,7 +26,6 @@ import sympy
 
 from fuse_all_ir.host import py_index
 from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Reduce, Store
-from fuse_all_ir.symbolic import rvar, xvar
 
 from . import configs as cfgs
 from . import reductions as red
