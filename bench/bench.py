@@ -3,6 +3,7 @@
     python bench/bench.py --device cpu                       # the CPU set (issue 3)
     python bench/bench.py --device cuda --json out.json      # the CUDA set (issues 4/5), names as in anchors
     python bench/bench.py --device cuda --workloads bert_1x12,resnet50_1x3x224x224 --markdown
+    python bench/bench.py --device cuda --workloads tiling       # transposes, permutes, column reductions
     python bench/bench.py --device cuda --skip-inductor-compile-time --budget-s 500
     python bench/bench.py --device cuda --backends aot_eager,fuse_all,fuse_all_ro   # torch's numbers: anchors
     python bench/bench.py --device cuda --workloads ddp_train_resnet50_32x224 --backends eager,inductor,fuse_all
@@ -31,7 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("cpu", "cuda"), required=True)
-    p.add_argument("--workloads", help="comma-separated names or sets (cpu, cpu_models, cpu_micro, cuda; "
+    p.add_argument("--workloads", help="comma-separated names or sets (cpu, cpu_models, cpu_micro, cuda, tiling; "
                                        "default: the device's set); see workloads.py")
     p.add_argument("--backends", help="comma-separated subset of eager,aot_eager,inductor,inductor_ro,"
                                       "cudagraphs,fuse_all,fuse_all_ro (default: all for the device)")
@@ -75,12 +76,14 @@ def main(argv=None) -> int:
     import compile_columns
     import measure
     import report
-    from workloads import WORKLOADS, default_set, expand
+    from workloads import TILING_CPU_SET, TILING_CUDA_SET, WORKLOADS, default_set, expand
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: torch.cuda.is_available() is False", file=sys.stderr)
         return 2
     names = expand(args.workloads.split(",")) if args.workloads else default_set(args.device)
+    if names == ["tiling"]:   # the layouts that need 2-D tiles or column reductions (issues 11 and 17)
+        names = TILING_CUDA_SET if args.device == "cuda" else TILING_CPU_SET
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         print(f"unknown workloads {unknown}; known: {', '.join(WORKLOADS)}", file=sys.stderr)
