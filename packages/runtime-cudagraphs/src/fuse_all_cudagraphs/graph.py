@@ -89,6 +89,10 @@ class CudaGraphEngine:
     def replay(self, handle: Any) -> None:
         handle.replay()
 
+    def is_host_scalar(self, value: torch.Tensor) -> bool:
+        """A 0-dim CPU tensor: ATen reads its value on the host when it launches the CUDA work it feeds."""
+        return value.device.type == "cpu" and value.dim() == 0 and value.layout == torch.strided
+
     def new_buffer(self, like: torch.Tensor) -> torch.Tensor:
         return torch.empty_strided(tuple(like.shape), tuple(like.stride()), dtype=like.dtype, device=like.device)
 
@@ -97,7 +101,8 @@ class CapturedGraph:
     """One captured graph of a GraphedCallable, for one input signature."""
 
     def __init__(self, name: str, handle: Any, addresses: Any, outputs: Any, buffers: dict[int, torch.Tensor],
-                 copy_back: Sequence[int], record: Any):
+                 copy_back: Sequence[int], record: Any, host_guard: Any = None,
+                 host_scalars: dict[int, torch.Tensor] | None = None):
         self.name = name
         self.handle = handle
         self.addresses = addresses  # policy.AddressPlan
@@ -105,6 +110,10 @@ class CapturedGraph:
         self.buffers = buffers  # COPIED input index -> our static buffer
         self.copy_back = tuple(copy_back)  # COPIED inputs the graph writes: copied back to the caller's tensor
         self.record = record  # this graph's entry in its GraphPool
+        self.host_guard = host_guard  # policy.HostScalarGuard, or None when no input is a CPU scalar
+        # CPU scalar input index -> our private copy the graph was captured with (an op that kept its
+        # address rather than its value reads memory that keeps the captured value)
+        self.host_scalars = host_scalars or {}
 
     def run(self, engine: Any, inputs: Sequence[Any], copies: Sequence[int], stats: dict[str, int]) -> Any:
         if copies:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,10 @@ class InputMode(enum.Enum):
     STATIC = "static"  # parameter/buffer: read in place; if it ever moves, re-capture (never copied)
     BORROWED = "borrowed"  # read in place while the caller passes it at the captured address
     COPIED = "copied"  # the graph reads our own buffer; the caller's tensor is copied in before replay
+    # A 0-dim CPU tensor next to CUDA work (attention's philox seed/offset saved by the forward): ATen reads
+    # its value on the host at launch, so a captured graph keeps the value seen at capture. The graph gets
+    # our private copy of it; each call compares the caller's value with the captured one.
+    HOST_SCALAR = "host scalar"
 
 
 class Action(enum.Enum):
@@ -72,6 +77,12 @@ def describe(value: Any) -> Any:
     )
 
 
+def is_host_scalar(value: Any, device_type: str = "cuda") -> bool:
+    """A 0-dim CPU tensor among the inputs of a graph running on another device (see InputMode.HOST_SCALAR)."""
+    return (isinstance(value, TensorMeta) and value.device_type == "cpu" and device_type != "cpu"
+            and value.shape == () and value.strided)
+
+
 def unsafe_reason(inputs: Sequence[Any], *, grad_enabled: bool, device_type: str = "cuda") -> str | None:
     """Why a call with these (described) inputs must run plainly, or None when capture is allowed."""
     devices = set()
@@ -79,6 +90,8 @@ def unsafe_reason(inputs: Sequence[Any], *, grad_enabled: bool, device_type: str
         if isinstance(value, TensorMeta):
             if not value.strided:
                 return f"input {i} is not a strided tensor; only dense tensors can be captured"
+            if is_host_scalar(value, device_type) and not (grad_enabled and value.requires_grad):
+                continue  # its value is guarded on every call (HostScalarGuard)
             if value.device_type != device_type:
                 return f"input {i} is on {value.device_type}; CUDA graphs need {device_type} tensors"
             if grad_enabled and value.requires_grad:
@@ -188,6 +201,64 @@ class AddressPlan:
         return Verdict(Action.REPLAY, copies=self.copies_for(ptrs))
 
 
+NOT_A_HOST_SCALAR = object()  # what HostScalarGuard.check reads for an input that is a device tensor now
+
+
+def same_scalar(a: Any, b: Any) -> bool:
+    """Equal as a value an op reads: NaN matches NaN; 0.0 and -0.0 differ (1/x tells them apart)."""
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return type(a) is type(b) and a == b
+
+
+class HostScalarGuard:
+    """The host scalar inputs of one captured graph (InputMode.HOST_SCALAR) and their values at capture.
+
+    A call replays only when each of them is again a host scalar holding the captured value. Otherwise:
+      * one is a device tensor now: ATen makes attention's philox seed/offset on the device while a graph
+        is being captured and on the CPU otherwise, so the forward graph making it was captured since:
+        re-capture to read it in place;
+      * a value differs, for the first time for this input signature: re-capture with the new value (the
+        one seen at capture may have come from a warm-up call and never come again);
+      * a value differs again after that re-capture: it changes from call to call (a dropout seed), and a
+        graph would repeat the captured one. Such calls run plainly; the graph stays for calls that bring
+        the captured value back, and for the day the input arrives on the device.
+    """
+
+    def __init__(self, values: dict[int, Any]):
+        self.values = dict(values)
+        self.indices = tuple(self.values)
+
+    def check(self, read: Callable[[int], Any], modes: Sequence[InputMode | None],
+              value_recaptures: int) -> Verdict | None:
+        """``read(i)``: input i's value, or NOT_A_HOST_SCALAR. None when the graph may replay."""
+        on_device, changed = [], []
+        for i in self.indices:
+            value = read(i)
+            if value is NOT_A_HOST_SCALAR:
+                on_device.append(i)
+            elif not same_scalar(value, self.values[i]):
+                changed.append((i, self.values[i], value))
+        if on_device:
+            new_modes = [InputMode.BORROWED if i in on_device else m for i, m in enumerate(modes)]
+            return Verdict(Action.RECAPTURE, f"input(s) {on_device} were CPU scalars at capture and are device "
+                                             "tensors now; re-capturing to read them in place",
+                           new_modes=tuple(new_modes))
+        if not changed:
+            return None
+        what = ", ".join(f"{i}: {old!r} -> {new!r}" for i, old, new in changed)
+        if value_recaptures == 0:
+            return Verdict(Action.RECAPTURE, f"CPU scalar input(s) changed value since capture ({what}); a "
+                                             "captured graph keeps the value read at capture; re-capturing "
+                                             "with the new value", new_modes=tuple(modes))
+        return Verdict(Action.PLAIN, f"CPU scalar input(s) {[i for i, _, _ in changed]} change value from call "
+                                     "to call (e.g. the RNG seed/offset of attention with dropout, saved by a "
+                                     "forward that ran without a graph); a captured graph would repeat the value "
+                                     "read at capture, so such calls run plainly")
+
+
 @dataclass
 class LiveGroup:
     """Outputs (sharing one storage) of a graph, handed out earlier and still referenced by someone."""
@@ -275,6 +346,7 @@ class SignatureState:
     graph: Any = None
     plain_reason: str | None = None
     recaptures: int = 0
+    host_value_recaptures: int = 0  # re-captures because a CPU scalar input changed value (HostScalarGuard)
     copied_out: set[int] = field(default_factory=set)  # output indices cloned on every hand-out
     sticky_copied_out: set[int] = field(default_factory=set)  # ... and never handed out as aliases again
 

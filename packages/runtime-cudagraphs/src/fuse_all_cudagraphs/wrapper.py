@@ -9,8 +9,9 @@ import torch
 from . import _torch_compat as compat
 from .graph import CaptureError, CapturedGraph, CudaGraphEngine
 from .outputs import OutputPlan, OwnedGroup, UnsupportedOutputs
-from .policy import (Action, AddressPlan, Decision, DecisionLog, InputMode, LiveGroup, SignatureState,
-                     SignatureTable, describe, is_dense, resolve_live_outputs, unsafe_reason)
+from .policy import (NOT_A_HOST_SCALAR, Action, AddressPlan, Decision, DecisionLog, HostScalarGuard, InputMode,
+                     LiveGroup, SignatureState, SignatureTable, describe, is_dense, resolve_live_outputs,
+                     unsafe_reason)
 from .pool import GraphPool
 
 
@@ -117,8 +118,23 @@ class GraphedCallable:
             return self._capture(state, inputs, self._initial_modes(inputs), None)
 
         plan = graph.addresses
+        if graph.host_guard is not None:
+            verdict = graph.host_guard.check(lambda i: self._host_value(inputs[i]), plan.modes,
+                                             state.host_value_recaptures)
+            if verdict is not None and verdict.action is Action.RECAPTURE:
+                if verdict.new_modes == plan.modes:  # same modes: a value changed (not a device)
+                    state.host_value_recaptures += 1
+                return self._recapture(state, inputs, verdict.new_modes, verdict.reason)
+            if verdict is not None:
+                self._log.record("fallback", verdict.reason)
+                return self._run_plain(inputs)
         if not plan.pending and compat.data_ptrs_equal(inputs, plan.ptrs, plan.fixed):
             copies = plan.copies_for(_Ptrs(inputs))  # the hot path: every address where it was
+        elif now_host := [i for i in plan.fixed if self._is_host_scalar(inputs[i])]:
+            # made by a forward that ran without a graph this time (ATen makes attention's seed/offset on
+            # the CPU then): capture with its value, guarded on each call, rather than wait for it to settle
+            return self._recapture(state, inputs, plan.modes, f"input(s) {now_host} are CPU scalars now; "
+                                   "re-capturing with their values, checked on every call")
         else:
             verdict = plan.classify([x.data_ptr() if isinstance(x, torch.Tensor) else None for x in inputs],
                                     self._graph_owned(inputs, plan.fixed))
@@ -162,6 +178,24 @@ class GraphedCallable:
                 else InputMode.STATIC if i in self._static else InputMode.BORROWED
                 for i, x in enumerate(inputs)]
 
+    def _is_host_scalar(self, value: Any) -> bool:
+        engine_says = getattr(self._engine, "is_host_scalar", None)  # engines without CPU scalars lack it
+        return isinstance(value, torch.Tensor) and engine_says is not None and engine_says(value)
+
+    def _host_value(self, value: Any) -> Any:
+        return value.item() if self._is_host_scalar(value) else NOT_A_HOST_SCALAR
+
+    def _modes_for_devices(self, inputs: Sequence[Any], modes: Sequence[InputMode | None]) -> list[InputMode | None]:
+        """CPU scalars are read as HOST_SCALAR, whatever they were at the last capture; device tensors never."""
+        result = []
+        for i, (x, mode) in enumerate(zip(inputs, modes)):
+            if self._is_host_scalar(x):
+                mode = InputMode.HOST_SCALAR
+            elif mode is InputMode.HOST_SCALAR:
+                mode = InputMode.STATIC if i in self._static else InputMode.BORROWED
+            result.append(mode)
+        return result
+
     # ------------------------------------------------------------------ the four ways to run a call
     def _run_plain(self, inputs: list[Any]) -> Any:
         self.stats["plain_calls"] += 1
@@ -176,30 +210,49 @@ class GraphedCallable:
 
     def _capture(self, state: SignatureState, inputs: list[Any], modes: Sequence[InputMode | None],
                  recapture_reason: str | None) -> Any:
+        # Devices are checked on a signature's first call only, and AOTAutograd's saved tensors change
+        # device when the graph making them is captured (attention's seed/offset): check them again here.
+        modes = self._modes_for_devices(inputs, modes)
+        if (unsafe := self._unsafe(inputs, grad_enabled=torch.is_grad_enabled())) is not None:
+            self._log.record("fallback", unsafe)
+            return self._run_plain(inputs)  # no graph for now; the next call of this signature tries again
         capture_inputs = list(inputs)
         buffers: dict[int, torch.Tensor] = {}
+        host_scalars: dict[int, torch.Tensor] = {}
         for i, mode in enumerate(modes):
             if mode is InputMode.COPIED:
                 buffers[i] = capture_inputs[i] = self._engine.new_buffer(inputs[i])
+            elif mode is InputMode.HOST_SCALAR:
+                host_scalars[i] = capture_inputs[i] = inputs[i].detach().clone()
         before = _versions(capture_inputs)
         try:
             handle, outputs = self._engine.capture(self._fn, capture_inputs, self.pool, _device_index(inputs))
+            written = [i for i in host_scalars if capture_inputs[i]._version != before[i]]
+            if written:
+                del handle, outputs
+                state.plain_reason = (f"the graph writes CPU scalar input(s) {written} on the host, which a replay "
+                                      "would not repeat; this input signature runs plainly from now on")
+                self._log.record("fallback", state.plain_reason)
+                return self._run_plain(inputs)
             self._note_mutations(before, capture_inputs)
             output_plan = OutputPlan(outputs, capture_inputs, state.copied_out, state.sticky_copied_out)
         except (CaptureError, UnsupportedOutputs) as exc:
             state.plain_reason = f"capture failed: {exc}; this input signature runs plainly from now on"
             self._log.record("fallback", state.plain_reason)
             return self._run_plain(inputs)
-        copyable = [isinstance(x, torch.Tensor) and is_dense(x.shape, x.stride()) for x in capture_inputs]
+        copyable = [isinstance(x, torch.Tensor) and i not in host_scalars and is_dense(x.shape, x.stride())
+                    for i, x in enumerate(capture_inputs)]
         borrowed = [i for i, mode in enumerate(modes) if mode is InputMode.BORROWED]
-        addresses = AddressPlan(modes, [x.data_ptr() if isinstance(x, torch.Tensor) else None
-                                        for x in capture_inputs], copyable,
+        addresses = AddressPlan(modes, [x.data_ptr() if isinstance(x, torch.Tensor) and i not in host_scalars
+                                        else None for i, x in enumerate(capture_inputs)], copyable,
                                 self._graph_owned(capture_inputs, borrowed))
+        host_guard = HostScalarGuard({i: x.item() for i, x in host_scalars.items()}) if host_scalars else None
         del outputs, capture_inputs  # our static output tensors must be the only references left ...
         output_plan.measure_baselines()  # ... when we count them
         record = self.pool.register(self.name, output_plan)
         copy_back = [i for i in buffers if i in self._mutated]
-        state.graph = CapturedGraph(self.name, handle, addresses, output_plan, buffers, copy_back, record)
+        state.graph = CapturedGraph(self.name, handle, addresses, output_plan, buffers, copy_back, record,
+                                    host_guard, host_scalars)
         self.stats["captures"] += 1
         if recapture_reason is not None:
             self._log.record("recapture", recapture_reason)
@@ -207,7 +260,7 @@ class GraphedCallable:
             static = sum(m is InputMode.STATIC for m in modes)
             self._log.record("capture", f"graph {self.stats['captures']} captured on cuda:{_device_index(inputs)}"
                                         f" ({static} static inputs, {len(addresses.fixed) - static} read in "
-                                        f"place, {len(buffers)} copied)")
+                                        f"place, {len(buffers)} copied, {len(host_scalars)} CPU scalars)")
         return state.graph.run(self._engine, inputs, tuple(buffers), self.stats)
 
     def _recapture(self, state: SignatureState, inputs: list[Any], modes: Sequence[InputMode | None],
@@ -259,9 +312,9 @@ class GraphedCallable:
 
 
 def _device_index(inputs: Sequence[Any]) -> int:
-    for x in inputs:
-        if isinstance(x, torch.Tensor):
-            return x.device.index if x.device.index is not None else 0
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    for x in sorted(tensors, key=lambda t: t.device.type == "cpu"):  # CPU scalars say nothing about it
+        return x.device.index if x.device.index is not None else 0
     return 0
 
 
