@@ -72,6 +72,7 @@ class FakeEngine:
         # model CPU scalars beside device tensors (all are CPU tensors here): 0-dim tensors play the CPU
         # scalars, whose value a capture keeps; the others play device tensors, read at their address
         self.host_scalars = host_scalars
+        self.device_scalars: set[StorageWeakRef] = set()
         self.capturing = False
         self.captures = 0
         self.replays = 0
@@ -109,7 +110,18 @@ class FakeEngine:
         handle.replay()
 
     def is_host_scalar(self, value):
-        return self.host_scalars and value.dim() == 0
+        if not self.host_scalars or value.dim() != 0:
+            return False
+        self.device_scalars = {weak for weak in self.device_scalars if not weak.expired()}
+        return StorageWeakRef(value.untyped_storage()) not in self.device_scalars
+
+    def plays_device_scalar(self, tensor):
+        """Let a 0-dim tensor play a device tensor (views of it too): read at its address, never baked."""
+        self.device_scalars.add(StorageWeakRef(tensor.untyped_storage()))
+        return tensor
+
+    def new_device_scalar(self, like, device_index):
+        return self.plays_device_scalar(torch.zeros((), dtype=like.dtype))
 
     def new_buffer(self, like):
         # zeros, not garbage: our capture executes the function (a real one does not), and garbage class

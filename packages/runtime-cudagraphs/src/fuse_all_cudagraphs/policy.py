@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +22,13 @@ class InputMode(enum.Enum):
     STATIC = "static"  # parameter/buffer: read in place; if it ever moves, re-capture (never copied)
     BORROWED = "borrowed"  # read in place while the caller passes it at the captured address
     COPIED = "copied"  # the graph reads our own buffer; the caller's tensor is copied in before replay
-    # A 0-dim CPU tensor next to CUDA work (attention's philox seed/offset saved by the forward): ATen reads
-    # its value on the host at launch, so a captured graph keeps the value seen at capture. The graph gets
-    # our private copy of it; each call compares the caller's value with the captured one.
-    HOST_SCALAR = "host scalar"
+    # A 0-dim CPU tensor beside device tensors (attention's philox seed/offset, saved by a forward that ran
+    # without a graph). Captured as it is, its value would be frozen into the graph (ATen reads CPU scalars
+    # on the host at launch), or worse, its host address handed to a kernel (the attention backward with
+    # dropout reads seed/offset through device pointers while capturing). So the graph reads a 0-dim
+    # buffer on the device instead, and each call writes the caller's value into it (fill_: the value
+    # travels as a kernel argument, no host synchronisation).
+    HOST_SCALAR = "cpu scalar"
 
 
 class Action(enum.Enum):
@@ -91,7 +93,7 @@ def unsafe_reason(inputs: Sequence[Any], *, grad_enabled: bool, device_type: str
             if not value.strided:
                 return f"input {i} is not a strided tensor; only dense tensors can be captured"
             if is_host_scalar(value, device_type) and not (grad_enabled and value.requires_grad):
-                continue  # its value is guarded on every call (HostScalarGuard)
+                continue  # read from a device buffer holding its value (InputMode.HOST_SCALAR)
             if value.device_type != device_type:
                 return f"input {i} is on {value.device_type}; CUDA graphs need {device_type} tensors"
             if grad_enabled and value.requires_grad:
@@ -151,6 +153,7 @@ class AddressPlan:
                          for i in range(len(self.modes))]
         self.fixed = [i for i, m in enumerate(self.modes) if m in (InputMode.STATIC, InputMode.BORROWED)]
         self.copied = [i for i, m in enumerate(self.modes) if m is InputMode.COPIED]
+        self.host_scalars = [i for i, m in enumerate(self.modes) if m is InputMode.HOST_SCALAR]
         # BORROWED input -> (address at the last call, consecutive calls it was away from ptrs[i])
         self.pending: dict[int, tuple[int, int]] = {}
 
@@ -199,64 +202,6 @@ class AddressPlan:
             return Verdict(Action.PLAIN, f"input(s) {unsure} moved since capture; running plainly until they "
                                          "settle at one address or prove to move on every call")
         return Verdict(Action.REPLAY, copies=self.copies_for(ptrs))
-
-
-NOT_A_HOST_SCALAR = object()  # what HostScalarGuard.check reads for an input that is a device tensor now
-
-
-def same_scalar(a: Any, b: Any) -> bool:
-    """Equal as a value an op reads: NaN matches NaN; 0.0 and -0.0 differ (1/x tells them apart)."""
-    if isinstance(a, float) and isinstance(b, float):
-        if math.isnan(a) or math.isnan(b):
-            return math.isnan(a) and math.isnan(b)
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    return type(a) is type(b) and a == b
-
-
-class HostScalarGuard:
-    """The host scalar inputs of one captured graph (InputMode.HOST_SCALAR) and their values at capture.
-
-    A call replays only when each of them is again a host scalar holding the captured value. Otherwise:
-      * one is a device tensor now: ATen makes attention's philox seed/offset on the device while a graph
-        is being captured and on the CPU otherwise, so the forward graph making it was captured since:
-        re-capture to read it in place;
-      * a value differs, for the first time for this input signature: re-capture with the new value (the
-        one seen at capture may have come from a warm-up call and never come again);
-      * a value differs again after that re-capture: it changes from call to call (a dropout seed), and a
-        graph would repeat the captured one. Such calls run plainly; the graph stays for calls that bring
-        the captured value back, and for the day the input arrives on the device.
-    """
-
-    def __init__(self, values: dict[int, Any]):
-        self.values = dict(values)
-        self.indices = tuple(self.values)
-
-    def check(self, read: Callable[[int], Any], modes: Sequence[InputMode | None],
-              value_recaptures: int) -> Verdict | None:
-        """``read(i)``: input i's value, or NOT_A_HOST_SCALAR. None when the graph may replay."""
-        on_device, changed = [], []
-        for i in self.indices:
-            value = read(i)
-            if value is NOT_A_HOST_SCALAR:
-                on_device.append(i)
-            elif not same_scalar(value, self.values[i]):
-                changed.append((i, self.values[i], value))
-        if on_device:
-            new_modes = [InputMode.BORROWED if i in on_device else m for i, m in enumerate(modes)]
-            return Verdict(Action.RECAPTURE, f"input(s) {on_device} were CPU scalars at capture and are device "
-                                             "tensors now; re-capturing to read them in place",
-                           new_modes=tuple(new_modes))
-        if not changed:
-            return None
-        what = ", ".join(f"{i}: {old!r} -> {new!r}" for i, old, new in changed)
-        if value_recaptures == 0:
-            return Verdict(Action.RECAPTURE, f"CPU scalar input(s) changed value since capture ({what}); a "
-                                             "captured graph keeps the value read at capture; re-capturing "
-                                             "with the new value", new_modes=tuple(modes))
-        return Verdict(Action.PLAIN, f"CPU scalar input(s) {[i for i, _, _ in changed]} change value from call "
-                                     "to call (e.g. the RNG seed/offset of attention with dropout, saved by a "
-                                     "forward that ran without a graph); a captured graph would repeat the value "
-                                     "read at capture, so such calls run plainly")
 
 
 @dataclass
@@ -346,7 +291,6 @@ class SignatureState:
     graph: Any = None
     plain_reason: str | None = None
     recaptures: int = 0
-    host_value_recaptures: int = 0  # re-captures because a CPU scalar input changed value (HostScalarGuard)
     copied_out: set[int] = field(default_factory=set)  # output indices cloned on every hand-out
     sticky_copied_out: set[int] = field(default_factory=set)  # ... and never handed out as aliases again
 

@@ -9,9 +9,8 @@ import torch
 from . import _torch_compat as compat
 from .graph import CaptureError, CapturedGraph, CudaGraphEngine
 from .outputs import OutputPlan, OwnedGroup, UnsupportedOutputs
-from .policy import (NOT_A_HOST_SCALAR, Action, AddressPlan, Decision, DecisionLog, HostScalarGuard, InputMode,
-                     LiveGroup, SignatureState, SignatureTable, describe, is_dense, resolve_live_outputs,
-                     unsafe_reason)
+from .policy import (Action, AddressPlan, Decision, DecisionLog, InputMode, LiveGroup, SignatureState,
+                     SignatureTable, describe, is_dense, resolve_live_outputs, unsafe_reason)
 from .pool import GraphPool
 
 
@@ -118,23 +117,13 @@ class GraphedCallable:
             return self._capture(state, inputs, self._initial_modes(inputs), None)
 
         plan = graph.addresses
-        if graph.host_guard is not None:
-            verdict = graph.host_guard.check(lambda i: self._host_value(inputs[i]), plan.modes,
-                                             state.host_value_recaptures)
-            if verdict is not None and verdict.action is Action.RECAPTURE:
-                if verdict.new_modes == plan.modes:  # same modes: a value changed (not a device)
-                    state.host_value_recaptures += 1
-                return self._recapture(state, inputs, verdict.new_modes, verdict.reason)
-            if verdict is not None:
-                self._log.record("fallback", verdict.reason)
-                return self._run_plain(inputs)
         if not plan.pending and compat.data_ptrs_equal(inputs, plan.ptrs, plan.fixed):
             copies = plan.copies_for(_Ptrs(inputs))  # the hot path: every address where it was
         elif now_host := [i for i in plan.fixed if self._is_host_scalar(inputs[i])]:
             # made by a forward that ran without a graph this time (ATen makes attention's seed/offset on
             # the CPU then): capture with its value, guarded on each call, rather than wait for it to settle
             return self._recapture(state, inputs, plan.modes, f"input(s) {now_host} are CPU scalars now; "
-                                   "re-capturing with their values, checked on every call")
+                                   "re-capturing to read them from device buffers written on every call")
         else:
             verdict = plan.classify([x.data_ptr() if isinstance(x, torch.Tensor) else None for x in inputs],
                                     self._graph_owned(inputs, plan.fixed))
@@ -182,9 +171,6 @@ class GraphedCallable:
         engine_says = getattr(self._engine, "is_host_scalar", None)  # engines without CPU scalars lack it
         return isinstance(value, torch.Tensor) and engine_says is not None and engine_says(value)
 
-    def _host_value(self, value: Any) -> Any:
-        return value.item() if self._is_host_scalar(value) else NOT_A_HOST_SCALAR
-
     def _modes_for_devices(self, inputs: Sequence[Any], modes: Sequence[InputMode | None]) -> list[InputMode | None]:
         """CPU scalars are read as HOST_SCALAR, whatever they were at the last capture; device tensors never."""
         result = []
@@ -223,7 +209,8 @@ class GraphedCallable:
             if mode is InputMode.COPIED:
                 buffers[i] = capture_inputs[i] = self._engine.new_buffer(inputs[i])
             elif mode is InputMode.HOST_SCALAR:
-                host_scalars[i] = capture_inputs[i] = inputs[i].detach().clone()
+                buffer = self._engine.new_device_scalar(inputs[i], _device_index(inputs))
+                host_scalars[i] = capture_inputs[i] = buffer.fill_(inputs[i])
         before = _versions(capture_inputs)
         try:
             handle, outputs = self._engine.capture(self._fn, capture_inputs, self.pool, _device_index(inputs))
@@ -246,13 +233,12 @@ class GraphedCallable:
         addresses = AddressPlan(modes, [x.data_ptr() if isinstance(x, torch.Tensor) and i not in host_scalars
                                         else None for i, x in enumerate(capture_inputs)], copyable,
                                 self._graph_owned(capture_inputs, borrowed))
-        host_guard = HostScalarGuard({i: x.item() for i, x in host_scalars.items()}) if host_scalars else None
         del outputs, capture_inputs  # our static output tensors must be the only references left ...
         output_plan.measure_baselines()  # ... when we count them
         record = self.pool.register(self.name, output_plan)
         copy_back = [i for i in buffers if i in self._mutated]
         state.graph = CapturedGraph(self.name, handle, addresses, output_plan, buffers, copy_back, record,
-                                    host_guard, host_scalars)
+                                    host_scalars)
         self.stats["captures"] += 1
         if recapture_reason is not None:
             self._log.record("recapture", recapture_reason)
