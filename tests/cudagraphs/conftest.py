@@ -24,6 +24,13 @@ def at_address(ptr: int, shape, stride, dtype) -> torch.Tensor:
     return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).as_strided(shape, stride)
 
 
+def _version_or_none(t: torch.Tensor):
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor
+        return None
+
+
 def _layout(t: torch.Tensor):
     return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
 
@@ -84,14 +91,15 @@ class FakeEngine:
     def capture(self, fn, inputs, pool, device_index):
         if self.fail_capture:
             raise CaptureError(self.fail_capture)
-        snapshots = [(x, x._version, x.clone()) for x in inputs if isinstance(x, torch.Tensor)]
+        snapshots = [(x, _version_or_none(x), x.clone()) for x in inputs if isinstance(x, torch.Tensor)]
         self.capturing = True  # what torch.cuda.is_current_stream_capturing() would say
         try:
             outputs = fn(list(inputs))
         finally:
             self.capturing = False
         for tensor, version, saved in snapshots:
-            if tensor._version != version:
+            # inference tensors keep no version counter: compare contents instead
+            if (tensor._version != version) if version is not None else not torch.equal(tensor, saved):
                 with torch.no_grad():
                     tensor.copy_(saved)
         self.captures += 1

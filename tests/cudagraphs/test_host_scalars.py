@@ -82,9 +82,18 @@ def test_without_writing_the_device_buffer_the_fake_would_replay_a_stale_value(e
         run(g, 5.0)
 
 
+def test_cpu_scalars_replay_under_inference_mode(engine):
+    """Inference tensors have no version counter: a CPU scalar is not taken for written on that account."""
+    with torch.inference_mode():
+        g = make(engine)
+        for step in range(5):
+            run(g, float(step))
+    assert g.stats["plain_calls"] == 0 and g.stats["captures"] == 1 and fallbacks(g) == []
+
+
 def test_a_graph_that_writes_a_cpu_scalar_runs_plainly_and_writes_it_once_per_call(engine):
     def count(a):
-        a[1].add_(1)  # a host-side write: a replay would not repeat it
+        a[1].add_(1)  # a replay would write the graph's device copy, never the caller's CPU tensor
         return (a[0] * 2,)
 
     g = make(engine, count)
@@ -94,7 +103,7 @@ def test_a_graph_that_writes_a_cpu_scalar_runs_plainly_and_writes_it_once_per_ca
         assert torch.allclose(g([x, counter])[0], x * 2)
     assert counter.item() == 4
     assert g.stats["captures"] == 0 and g.stats["replays"] == 0
-    assert "writes CPU scalar input(s) [1] on the host" in fallbacks(g)[0]
+    assert "writes CPU scalar input(s) [1]; a replay would write the graph's device copy" in fallbacks(g)[0]
 
 
 def test_a_cpu_scalar_that_becomes_a_device_tensor_and_back(engine):

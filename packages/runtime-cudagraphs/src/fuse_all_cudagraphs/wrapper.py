@@ -74,7 +74,8 @@ class GraphedCallable:
         self._num_inputs = len(example_inputs)
         tensor_positions = {i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)}
         self._static = frozenset(int(i) for i in static_input_indices if int(i) in tensor_positions)
-        self._mutated = {int(i) for i in mutated_input_indices}
+        self._mutated = {int(i) for i in mutated_input_indices}  # written, or maybe written (unknown versions)
+        self._known_written = set(self._mutated)  # declared, or seen through a version counter
         # What makes up the signature key on each call. Checked: every non-static input's metadata.
         # Trusted (check_input_metadata=False, for Dynamo/AOTAutograd graphs whose guards already pin
         # shapes, strides, dtypes and devices): only the non-tensor inputs (concrete SymInt values).
@@ -214,11 +215,14 @@ class GraphedCallable:
         before = _versions(capture_inputs)
         try:
             handle, outputs = self._engine.capture(self._fn, capture_inputs, self.pool, _device_index(inputs))
-            written = [i for i in host_scalars if capture_inputs[i]._version != before[i]]
+            after = _versions(capture_inputs)  # unknown (inference tensors): the declared mutations tell
+            written = [i for i in host_scalars
+                       if i in self._known_written or None not in (before[i], after[i]) and after[i] != before[i]]
             if written:
                 del handle, outputs
-                state.plain_reason = (f"the graph writes CPU scalar input(s) {written} on the host, which a replay "
-                                      "would not repeat; this input signature runs plainly from now on")
+                state.plain_reason = (f"the graph writes CPU scalar input(s) {written}; a replay would write the "
+                                      "graph's device copy, not the caller's tensor; this input signature runs "
+                                      "plainly from now on")
                 self._log.record("fallback", state.plain_reason)
                 return self._run_plain(inputs)
             self._note_mutations(before, capture_inputs)
@@ -295,6 +299,8 @@ class GraphedCallable:
         for i, (old, new) in enumerate(zip(before, _versions(inputs))):
             if isinstance(inputs[i], torch.Tensor) and (old is None or new is None or new != old):
                 self._mutated.add(i)
+                if None not in (old, new):
+                    self._known_written.add(i)
 
 
 def _device_index(inputs: Sequence[Any]) -> int:
