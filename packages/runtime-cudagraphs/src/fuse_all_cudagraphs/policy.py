@@ -153,7 +153,6 @@ class AddressPlan:
                          for i in range(len(self.modes))]
         self.fixed = [i for i, m in enumerate(self.modes) if m in (InputMode.STATIC, InputMode.BORROWED)]
         self.copied = [i for i, m in enumerate(self.modes) if m is InputMode.COPIED]
-        self.host_scalars = [i for i, m in enumerate(self.modes) if m is InputMode.HOST_SCALAR]
         # BORROWED input -> (address at the last call, consecutive calls it was away from ptrs[i])
         self.pending: dict[int, tuple[int, int]] = {}
 
