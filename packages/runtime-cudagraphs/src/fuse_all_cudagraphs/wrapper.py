@@ -122,7 +122,7 @@ class GraphedCallable:
             copies = plan.copies_for(_Ptrs(inputs))  # the hot path: every address where it was
         elif now_host := [i for i in plan.fixed if self._is_host_scalar(inputs[i])]:
             # made by a forward that ran without a graph this time (ATen makes attention's seed/offset on
-            # the CPU then): capture with its value, guarded on each call, rather than wait for it to settle
+            # the CPU then): a CPU address never "settles", and the graph must not read host memory
             return self._recapture(state, inputs, plan.modes, f"input(s) {now_host} are CPU scalars now; "
                                    "re-capturing to read them from device buffers written on every call")
         else:
@@ -319,7 +319,8 @@ def wrap(fn: Callable[[list[Any]], Any], example_inputs: Sequence[Any], *,
     """Run ``fn(inputs) -> tuple/list of tensors`` through CUDA graphs; plain execution where unsafe.
 
     fn: takes one flat list (tensors, ints, floats, bools, None), like AOTAutograd's boxed functions;
-        wrap ``f(*args)`` as ``lambda args: f(*args)``. May clear the list it is given.
+        wrap ``f(*args)`` as ``lambda args: f(*args)``. May clear the list it is given. Tensors are CUDA
+        tensors or 0-dim CPU tensors (read by the graph from a device buffer written on every call).
     example_inputs: real or fake tensors and (Sym)ints; only their number and metadata are read.
     static_input_indices: parameters and buffers. Read in place, never copied; if one moves, re-capture.
     mutated_input_indices: inputs the function writes into (also detected from version counters during
