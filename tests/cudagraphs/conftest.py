@@ -24,14 +24,24 @@ def at_address(ptr: int, shape, stride, dtype) -> torch.Tensor:
     return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).as_strided(shape, stride)
 
 
+def _version_or_none(t: torch.Tensor):
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor
+        return None
+
+
 def _layout(t: torch.Tensor):
     return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
 class FakeGraph:
-    def __init__(self, fn, inputs, outputs):
+    def __init__(self, fn, inputs, outputs, baked=frozenset()):
         self.fn = fn
-        self.inputs = [_layout(x) if isinstance(x, torch.Tensor) else ("value", x) for x in inputs]
+        # baked: inputs whose value (not address) the graph keeps, as a CUDA graph keeps the value of a CPU
+        # scalar that ATen read on the host at capture
+        self.inputs = [("value", x.clone()) if i in baked else _layout(x) if isinstance(x, torch.Tensor)
+                       else ("value", x) for i, x in enumerate(inputs)]
         outs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
         self.outputs = [_layout(o) if isinstance(o, torch.Tensor) else None for o in outs]
         # Memory the graph itself allocates (in the pool): outputs that are not views of an input.
@@ -63,9 +73,14 @@ class FakeEngine:
 
     device_type = "cpu"
 
-    def __init__(self, fail_capture: str | None = None, clobber: bool = False):
+    def __init__(self, fail_capture: str | None = None, clobber: bool = False, host_scalars: bool = False):
         self.fail_capture = fail_capture
         self.clobber = clobber  # model a shared pool's worst case: see FakeGraph.clobber_outputs
+        # model CPU scalars beside device tensors (all are CPU tensors here): 0-dim tensors play the CPU
+        # scalars, whose value a capture keeps; the others play device tensors, read at their address
+        self.host_scalars = host_scalars
+        self.device_scalars: set[StorageWeakRef] = set()
+        self.capturing = False
         self.captures = 0
         self.replays = 0
         self.capture_order: dict[int, list[FakeGraph]] = {}  # id(pool) -> its graphs in capture order
@@ -76,14 +91,20 @@ class FakeEngine:
     def capture(self, fn, inputs, pool, device_index):
         if self.fail_capture:
             raise CaptureError(self.fail_capture)
-        snapshots = [(x, x._version, x.clone()) for x in inputs if isinstance(x, torch.Tensor)]
-        outputs = fn(list(inputs))
+        snapshots = [(x, _version_or_none(x), x.clone()) for x in inputs if isinstance(x, torch.Tensor)]
+        self.capturing = True  # what torch.cuda.is_current_stream_capturing() would say
+        try:
+            outputs = fn(list(inputs))
+        finally:
+            self.capturing = False
         for tensor, version, saved in snapshots:
-            if tensor._version != version:
+            # inference tensors keep no version counter: compare contents instead
+            if (tensor._version != version) if version is not None else not torch.equal(tensor, saved):
                 with torch.no_grad():
                     tensor.copy_(saved)
         self.captures += 1
-        graph = FakeGraph(fn, inputs, outputs)
+        baked = {i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and self.is_host_scalar(x)}
+        graph = FakeGraph(fn, inputs, outputs, baked)
         self.capture_order.setdefault(id(pool), []).append(graph)
         graph.pool_order = self.capture_order[id(pool)]
         return graph, outputs
@@ -95,6 +116,20 @@ class FakeEngine:
             for later in order[order.index(handle) + 1:]:
                 later.clobber_outputs()
         handle.replay()
+
+    def is_host_scalar(self, value):
+        if not self.host_scalars or value.dim() != 0:
+            return False
+        self.device_scalars = {weak for weak in self.device_scalars if not weak.expired()}
+        return StorageWeakRef(value.untyped_storage()) not in self.device_scalars
+
+    def plays_device_scalar(self, tensor):
+        """Let a 0-dim tensor play a device tensor (views of it too): read at its address, never baked."""
+        self.device_scalars.add(StorageWeakRef(tensor.untyped_storage()))
+        return tensor
+
+    def new_device_scalar(self, like, device_index):
+        return self.plays_device_scalar(torch.zeros((), dtype=like.dtype))
 
     def new_buffer(self, like):
         # zeros, not garbage: our capture executes the function (a real one does not), and garbage class
@@ -126,6 +161,12 @@ def fallback_log(caplog):
 @pytest.fixture
 def clobbering_engine():
     return FakeEngine(clobber=True)
+
+
+@pytest.fixture
+def host_scalar_engine():
+    """0-dim tensors play CPU scalars beside device tensors: a capture keeps their value (FakeEngine)."""
+    return FakeEngine(host_scalars=True)
 
 
 @pytest.fixture

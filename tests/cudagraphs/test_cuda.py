@@ -81,3 +81,45 @@ def test_fuse_all_reset_releases_the_graphs_of_reduce_overhead_compiles():
         torch.testing.assert_close(compiled(x), x.sin() * 2)
     assert stats["captures"] == 2
     torch.compiler.reset()
+
+
+def test_a_cpu_scalar_input_is_read_from_a_device_buffer_with_each_calls_value():
+    x = torch.randn(256, device="cuda")
+    g = wrap(lambda a: (a[0] * a[1] + a[1],), [x, torch.tensor(1.0)])
+    for step in range(6):
+        s = torch.tensor(step + 0.5)  # a CPU scalar with a new value on every call
+        assert torch.allclose(g([x, s])[0], x * (step + 0.5) + (step + 0.5))
+    assert (g.stats["plain_calls"], g.stats["captures"], g.stats["replays"]) == (0, 1, 5)
+
+
+def test_the_attention_backward_with_dropout_replays_with_each_forwards_seed():
+    """Efficient attention made its philox seed/offset on the CPU (a forward run without a graph); the
+    backward, captured while the kernel reads seed/offset through device pointers, must see each call's
+    values: the same dropout mask as eager, so the same gradients."""
+    q, k, v = (torch.randn(2, 4, 16, 8, device="cuda") for _ in range(3))
+    p = 0.3
+
+    def forward():
+        return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, p)
+
+    def backward(a):
+        grad, out, lse, seed, offset = list(a)
+        grads = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+            grad, q, k, v, None, out, lse, seed, offset, p, [True, True, True, False])
+        return tuple(grads[:3])
+
+    out, lse, seed, offset = forward()
+    assert seed.device.type == offset.device.type == "cpu" and seed.dim() == 0
+    g = wrap(backward, [torch.empty_like(out), out, lse, seed, offset])
+    seeds = set()
+    for _ in range(6):
+        out, lse, seed, offset = forward()  # dropout advances the RNG: a new offset on every call
+        seeds.add((seed.item(), offset.item()))
+        grad = torch.randn_like(out)
+        want = backward([grad, out, lse, seed, offset])
+        got = g([grad, out, lse, seed, offset])
+        for name, w, o in zip("qkv", want, got):
+            torch.testing.assert_close(o, w, atol=1e-5, rtol=1e-4, msg=lambda m, n=name: f"grad {n}: {m}")
+        del got
+    assert len(seeds) == 6
+    assert g.stats["plain_calls"] == 0 and g.stats["replays"] >= 4, (g.stats, g.decisions)

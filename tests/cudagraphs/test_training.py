@@ -83,3 +83,20 @@ def test_fuse_all_reduce_overhead_trains_on_the_fake_engine(monkeypatch, clobber
     tl.assert_graphs_replay_after_warmup(log)
     assert sorted(kind for kind, _ in stats()) == ["backward", "forward"]
     torch.compiler.reset()
+
+
+def test_training_with_every_0_dim_tensor_playing_a_cpu_scalar(fake_backend, clobbering_engine):
+    """The FakeEngine taking every 0-dim tensor (e.g. the loss's incoming gradient) for a CPU scalar: the
+    graphs read them from device buffers, AOTAutograd's real calls still match eager and nothing runs
+    plainly after warm-up. Their values happen to be constant here; test_host_scalars.py checks changing
+    values. (Not the convnet: BatchNorm's num_batches_tracked, written by the forward, would play a
+    written CPU scalar and rightly run plainly; on a GPU it is a CUDA tensor.)"""
+    clobbering_engine.host_scalars = True
+    log = tl.train_side_by_side("transformer", "fresh_batches", "adam",
+                                lambda fn: torch.compile(fn, backend="fuse_all_cudagraphs"),
+                                stats_of(fake_backend), device="cpu", steps=tl.WARMUP_STEPS + 3, atol=1e-5,
+                                rtol=1e-4)
+    tl.assert_graphs_replay_after_warmup(log)
+    scalars = sum(len(state.graph.host_scalars) for g in fake_backend for state in g._table.states.values()
+                  if state.graph is not None)
+    assert scalars >= 1

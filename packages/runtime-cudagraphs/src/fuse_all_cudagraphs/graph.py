@@ -89,6 +89,14 @@ class CudaGraphEngine:
     def replay(self, handle: Any) -> None:
         handle.replay()
 
+    def is_host_scalar(self, value: torch.Tensor) -> bool:
+        """A 0-dim CPU tensor (policy.InputMode.HOST_SCALAR)."""
+        return value.device.type == "cpu" and value.dim() == 0 and value.layout == torch.strided
+
+    def new_device_scalar(self, like: torch.Tensor, device_index: int) -> torch.Tensor:
+        """The device buffer a graph reads in place of the CPU scalar ``like``."""
+        return torch.empty((), dtype=like.dtype, device=torch.device("cuda", device_index))
+
     def new_buffer(self, like: torch.Tensor) -> torch.Tensor:
         return torch.empty_strided(tuple(like.shape), tuple(like.stride()), dtype=like.dtype, device=like.device)
 
@@ -97,7 +105,7 @@ class CapturedGraph:
     """One captured graph of a GraphedCallable, for one input signature."""
 
     def __init__(self, name: str, handle: Any, addresses: Any, outputs: Any, buffers: dict[int, torch.Tensor],
-                 copy_back: Sequence[int], record: Any):
+                 copy_back: Sequence[int], record: Any, host_scalars: dict[int, torch.Tensor] | None = None):
         self.name = name
         self.handle = handle
         self.addresses = addresses  # policy.AddressPlan
@@ -105,6 +113,7 @@ class CapturedGraph:
         self.buffers = buffers  # COPIED input index -> our static buffer
         self.copy_back = tuple(copy_back)  # COPIED inputs the graph writes: copied back to the caller's tensor
         self.record = record  # this graph's entry in its GraphPool
+        self.host_scalars = host_scalars or {}  # CPU scalar input index -> the 0-dim device buffer read instead
 
     def run(self, engine: Any, inputs: Sequence[Any], copies: Sequence[int], stats: dict[str, int]) -> Any:
         if copies:
@@ -112,8 +121,15 @@ class CapturedGraph:
             src = [inputs[i] for i in copies]
             compat.copy_all(dst, src)
             stats["input_copies"] += len(copies)
+        self.write_host_scalars(inputs)
         engine.replay(self.handle)
         for i in self.copy_back:
             inputs[i].copy_(self.buffers[i])
         stats["replays"] += 1
         return self.outputs.hand_out(inputs)
+
+    def write_host_scalars(self, inputs: Sequence[Any]) -> None:
+        # fill_ with a CPU 0-dim value passes it as a kernel argument (no transfer, no sync); a value that
+        # is a device tensor by now (its producer graph was captured since) is copied on the device
+        for i, buffer in self.host_scalars.items():
+            buffer.fill_(inputs[i])

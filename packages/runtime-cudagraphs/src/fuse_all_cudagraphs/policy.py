@@ -22,6 +22,13 @@ class InputMode(enum.Enum):
     STATIC = "static"  # parameter/buffer: read in place; if it ever moves, re-capture (never copied)
     BORROWED = "borrowed"  # read in place while the caller passes it at the captured address
     COPIED = "copied"  # the graph reads our own buffer; the caller's tensor is copied in before replay
+    # A 0-dim CPU tensor beside device tensors (attention's philox seed/offset, saved by a forward that ran
+    # without a graph). Captured as it is, its value would be frozen into the graph (ATen reads CPU scalars
+    # on the host at launch), or worse, its host address handed to a kernel (the attention backward with
+    # dropout reads seed/offset through device pointers while capturing). So the graph reads a 0-dim
+    # buffer on the device instead, and each call writes the caller's value into it (fill_: the value
+    # travels as a kernel argument, no host synchronisation).
+    HOST_SCALAR = "cpu scalar"
 
 
 class Action(enum.Enum):
@@ -72,6 +79,12 @@ def describe(value: Any) -> Any:
     )
 
 
+def is_host_scalar(value: Any, device_type: str = "cuda") -> bool:
+    """A 0-dim CPU tensor among the inputs of a graph running on another device (see InputMode.HOST_SCALAR)."""
+    return (isinstance(value, TensorMeta) and value.device_type == "cpu" and device_type != "cpu"
+            and value.shape == () and value.strided)
+
+
 def unsafe_reason(inputs: Sequence[Any], *, grad_enabled: bool, device_type: str = "cuda") -> str | None:
     """Why a call with these (described) inputs must run plainly, or None when capture is allowed."""
     devices = set()
@@ -79,6 +92,8 @@ def unsafe_reason(inputs: Sequence[Any], *, grad_enabled: bool, device_type: str
         if isinstance(value, TensorMeta):
             if not value.strided:
                 return f"input {i} is not a strided tensor; only dense tensors can be captured"
+            if is_host_scalar(value, device_type) and not (grad_enabled and value.requires_grad):
+                continue  # read from a device buffer holding its value (InputMode.HOST_SCALAR)
             if value.device_type != device_type:
                 return f"input {i} is on {value.device_type}; CUDA graphs need {device_type} tensors"
             if grad_enabled and value.requires_grad:

@@ -74,7 +74,8 @@ class GraphedCallable:
         self._num_inputs = len(example_inputs)
         tensor_positions = {i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)}
         self._static = frozenset(int(i) for i in static_input_indices if int(i) in tensor_positions)
-        self._mutated = {int(i) for i in mutated_input_indices}
+        self._mutated = {int(i) for i in mutated_input_indices}  # written, or maybe written (unknown versions)
+        self._known_written = set(self._mutated)  # declared, or seen through a version counter
         # What makes up the signature key on each call. Checked: every non-static input's metadata.
         # Trusted (check_input_metadata=False, for Dynamo/AOTAutograd graphs whose guards already pin
         # shapes, strides, dtypes and devices): only the non-tensor inputs (concrete SymInt values).
@@ -119,6 +120,11 @@ class GraphedCallable:
         plan = graph.addresses
         if not plan.pending and compat.data_ptrs_equal(inputs, plan.ptrs, plan.fixed):
             copies = plan.copies_for(_Ptrs(inputs))  # the hot path: every address where it was
+        elif now_host := [i for i in plan.fixed if self._is_host_scalar(inputs[i])]:
+            # made by a forward that ran without a graph this time (ATen makes attention's seed/offset on
+            # the CPU then): a CPU address never "settles", and the graph must not read host memory
+            return self._recapture(state, inputs, plan.modes, f"input(s) {now_host} are CPU scalars now; "
+                                   "re-capturing to read them from device buffers written on every call")
         else:
             verdict = plan.classify([x.data_ptr() if isinstance(x, torch.Tensor) else None for x in inputs],
                                     self._graph_owned(inputs, plan.fixed))
@@ -162,6 +168,21 @@ class GraphedCallable:
                 else InputMode.STATIC if i in self._static else InputMode.BORROWED
                 for i, x in enumerate(inputs)]
 
+    def _is_host_scalar(self, value: Any) -> bool:
+        engine_says = getattr(self._engine, "is_host_scalar", None)  # engines without CPU scalars lack it
+        return isinstance(value, torch.Tensor) and engine_says is not None and engine_says(value)
+
+    def _modes_for_devices(self, inputs: Sequence[Any], modes: Sequence[InputMode | None]) -> list[InputMode | None]:
+        """CPU scalars are read as HOST_SCALAR, whatever they were at the last capture; device tensors never."""
+        result = []
+        for i, (x, mode) in enumerate(zip(inputs, modes)):
+            if self._is_host_scalar(x):
+                mode = InputMode.HOST_SCALAR
+            elif mode is InputMode.HOST_SCALAR:
+                mode = InputMode.STATIC if i in self._static else InputMode.BORROWED
+            result.append(mode)
+        return result
+
     # ------------------------------------------------------------------ the four ways to run a call
     def _run_plain(self, inputs: list[Any]) -> Any:
         self.stats["plain_calls"] += 1
@@ -176,30 +197,52 @@ class GraphedCallable:
 
     def _capture(self, state: SignatureState, inputs: list[Any], modes: Sequence[InputMode | None],
                  recapture_reason: str | None) -> Any:
+        # Devices are checked on a signature's first call only, and AOTAutograd's saved tensors change
+        # device when the graph making them is captured (attention's seed/offset): check them again here.
+        modes = self._modes_for_devices(inputs, modes)
+        if (unsafe := self._unsafe(inputs, grad_enabled=torch.is_grad_enabled())) is not None:
+            self._log.record("fallback", unsafe)
+            return self._run_plain(inputs)  # no graph for now; the next call of this signature tries again
         capture_inputs = list(inputs)
         buffers: dict[int, torch.Tensor] = {}
+        host_scalars: dict[int, torch.Tensor] = {}
         for i, mode in enumerate(modes):
             if mode is InputMode.COPIED:
                 buffers[i] = capture_inputs[i] = self._engine.new_buffer(inputs[i])
+            elif mode is InputMode.HOST_SCALAR:
+                buffer = self._engine.new_device_scalar(inputs[i], _device_index(inputs))
+                host_scalars[i] = capture_inputs[i] = buffer.fill_(inputs[i])
         before = _versions(capture_inputs)
         try:
             handle, outputs = self._engine.capture(self._fn, capture_inputs, self.pool, _device_index(inputs))
+            after = _versions(capture_inputs)  # unknown (inference tensors): the declared mutations tell
+            written = [i for i in host_scalars
+                       if i in self._known_written or None not in (before[i], after[i]) and after[i] != before[i]]
+            if written:
+                del handle, outputs
+                state.plain_reason = (f"the graph writes CPU scalar input(s) {written}; a replay would write the "
+                                      "graph's device copy, not the caller's tensor; this input signature runs "
+                                      "plainly from now on")
+                self._log.record("fallback", state.plain_reason)
+                return self._run_plain(inputs)
             self._note_mutations(before, capture_inputs)
             output_plan = OutputPlan(outputs, capture_inputs, state.copied_out, state.sticky_copied_out)
         except (CaptureError, UnsupportedOutputs) as exc:
             state.plain_reason = f"capture failed: {exc}; this input signature runs plainly from now on"
             self._log.record("fallback", state.plain_reason)
             return self._run_plain(inputs)
-        copyable = [isinstance(x, torch.Tensor) and is_dense(x.shape, x.stride()) for x in capture_inputs]
+        copyable = [isinstance(x, torch.Tensor) and i not in host_scalars and is_dense(x.shape, x.stride())
+                    for i, x in enumerate(capture_inputs)]
         borrowed = [i for i, mode in enumerate(modes) if mode is InputMode.BORROWED]
-        addresses = AddressPlan(modes, [x.data_ptr() if isinstance(x, torch.Tensor) else None
-                                        for x in capture_inputs], copyable,
+        addresses = AddressPlan(modes, [x.data_ptr() if isinstance(x, torch.Tensor) and i not in host_scalars
+                                        else None for i, x in enumerate(capture_inputs)], copyable,
                                 self._graph_owned(capture_inputs, borrowed))
         del outputs, capture_inputs  # our static output tensors must be the only references left ...
         output_plan.measure_baselines()  # ... when we count them
         record = self.pool.register(self.name, output_plan)
         copy_back = [i for i in buffers if i in self._mutated]
-        state.graph = CapturedGraph(self.name, handle, addresses, output_plan, buffers, copy_back, record)
+        state.graph = CapturedGraph(self.name, handle, addresses, output_plan, buffers, copy_back, record,
+                                    host_scalars)
         self.stats["captures"] += 1
         if recapture_reason is not None:
             self._log.record("recapture", recapture_reason)
@@ -207,7 +250,7 @@ class GraphedCallable:
             static = sum(m is InputMode.STATIC for m in modes)
             self._log.record("capture", f"graph {self.stats['captures']} captured on cuda:{_device_index(inputs)}"
                                         f" ({static} static inputs, {len(addresses.fixed) - static} read in "
-                                        f"place, {len(buffers)} copied)")
+                                        f"place, {len(buffers)} copied, {len(host_scalars)} CPU scalars)")
         return state.graph.run(self._engine, inputs, tuple(buffers), self.stats)
 
     def _recapture(self, state: SignatureState, inputs: list[Any], modes: Sequence[InputMode | None],
@@ -256,12 +299,14 @@ class GraphedCallable:
         for i, (old, new) in enumerate(zip(before, _versions(inputs))):
             if isinstance(inputs[i], torch.Tensor) and (old is None or new is None or new != old):
                 self._mutated.add(i)
+                if None not in (old, new):
+                    self._known_written.add(i)
 
 
 def _device_index(inputs: Sequence[Any]) -> int:
-    for x in inputs:
-        if isinstance(x, torch.Tensor):
-            return x.device.index if x.device.index is not None else 0
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    for x in sorted(tensors, key=lambda t: t.device.type == "cpu"):  # CPU scalars say nothing about it
+        return x.device.index if x.device.index is not None else 0
     return 0
 
 
@@ -274,7 +319,8 @@ def wrap(fn: Callable[[list[Any]], Any], example_inputs: Sequence[Any], *,
     """Run ``fn(inputs) -> tuple/list of tensors`` through CUDA graphs; plain execution where unsafe.
 
     fn: takes one flat list (tensors, ints, floats, bools, None), like AOTAutograd's boxed functions;
-        wrap ``f(*args)`` as ``lambda args: f(*args)``. May clear the list it is given.
+        wrap ``f(*args)`` as ``lambda args: f(*args)``. May clear the list it is given. Tensors are CUDA
+        tensors or 0-dim CPU tensors (read by the graph from a device buffer written on every call).
     example_inputs: real or fake tensors and (Sym)ints; only their number and metadata are read.
     static_input_indices: parameters and buffers. Read in place, never copied; if one moves, re-capture.
     mutated_input_indices: inputs the function writes into (also detected from version counters during
