@@ -115,9 +115,11 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     with outputs.timed("lower_fuse_schedule"):
         compiled = ir.lower(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device,
                             validate=True if opts.debug or debug_enabled() else None)   # None: FUSE_ALL_VALIDATE decides
+    target = _target_for(compiled.program.device, opts)
+    if target.language == "triton":   # a grid of programs: few-column column reductions split their rows
+        compiled.program = ir.split_column_reductions(compiled.program)
     program = compiled.program
     outputs.compiled = compiled
-    target = _target_for(program.device, opts)
     record.kernels = list(program.kernels.values())
     bar.set_phase("rendering kernels", total_kernels=len(record.kernels))
     with outputs.timed("render"):
