@@ -37,6 +37,8 @@ CASES = {
     "amin_dim0_negative": (lambda x: x.amin(0), lambda: (make((45, 19), low=-9, high=-1),), 1),
     "any_dim0": (lambda x: (x > 1.5).any(0), lambda: (make((61, 33)),), 1),
     "int_sum_dim0": (lambda x: x.sum(0), lambda: (make((53, 40), torch.int32),), 1),
+    "half_sum_dim0": (lambda x: x.sum(0), lambda: (make((90, 33), torch.float16),), 1),
+    "prod_dim0": (lambda x: x.prod(0), lambda: (make((23, 31), low=0.8, high=1.25),), 1),
     "var_mean_dim0": (lambda x: torch.var_mean(x, 0), lambda: (make((203, 48)),), 2),
     "sum_two_dims_channels_last": (lambda x: x.sum((0, 2, 3)),
                                    lambda: (make((3, 5, 7, 11)).to(memory_format=torch.channels_last),), 1),
@@ -75,6 +77,14 @@ def test_split_batchnorm_channels_last_backward(monkeypatch):
     x = make((3, 6, 5, 7), requires_grad=True).to(memory_format=torch.channels_last).detach().requires_grad_()
     names = _kernel_names(bn, (x,), grad=True, grad_vs_float64=True)
     assert _split_count(names) >= 3
+
+
+def test_argmax_is_not_split(monkeypatch):
+    """argmax/argmin would need partial indices: the kernel stays whole, and right."""
+    monkeypatch.setenv(FORCE_ENV, "4")
+    names = _kernel_names(lambda x: x.argmax(0), (make((300, 37)),))
+    assert names and _split_count(names) == 0
+    assert [k.tiling.kind for g in fuse_all.compiled_graphs() for k in g.kernels] == ["column"]
 
 
 def test_cpp_is_not_split(monkeypatch):
