@@ -116,8 +116,8 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
         compiled = ir.lower(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device,
                             validate=True if opts.debug or debug_enabled() else None)   # None: FUSE_ALL_VALIDATE decides
     target = _target_for(compiled.program.device, opts)
-    if target.language == "triton":   # a grid of programs: few-column column reductions split their rows
-        compiled.program = ir.split_column_reductions(compiled.program)
+    if target.language == "triton":   # a grid of programs: reductions that would leave most of it idle split
+        compiled.program = ir.split_reductions(compiled.program)
     program = compiled.program
     outputs.compiled = compiled
     record.kernels = list(program.kernels.values())

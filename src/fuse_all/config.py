@@ -54,7 +54,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_TRITON_DIRECT_LAUNCH", "`1`", "fuse_all_codegen_triton",
              "`0`: launch Triton kernels through Triton's own launcher instead of the fast path (Triton 3.6)"),
     Variable("FUSE_ALL_COLUMN_SPLITS", "chosen per kernel", "fuse_all_ir",
-             "`n`: split every splittable column reduction compiled for Triton into `n` row chunks (a "
+             "`n`: split every splittable reduction compiled for Triton (column or contiguous) into `n` chunks (a "
              "partial and a final kernel per reduction phase); for tests and experiments"),
 )
 

@@ -51,6 +51,42 @@ CASES = {
 }
 
 
+# reductions along the contiguous dim (few long rows): the same split
+CONTIGUOUS = {
+    "full_sum_odd": (lambda x: x.sum(), lambda: (make((1001,)),), 1),
+    "mean_last_dim": (lambda x: x.mean(-1), lambda: (make((3, 1029)),), 1),
+    "var_mean_full": (lambda x: torch.var_mean(x), lambda: (make((31, 17)),), 2),
+    "logsumexp_last_dim": (lambda x: torch.logsumexp(x, -1), lambda: (make((2, 517)),), 2),
+    # NCHW statistics: reduction dims N and H*W do not merge, chunks cut across images
+    "batchnorm_nchw": (
+        lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+        lambda: (make((3, 4, 9, 11)), make((4,)), make((4,))), 2),
+}
+
+
+@pytest.mark.parametrize("splits", [4, 7])
+@pytest.mark.parametrize("case", list(CONTIGUOUS))
+def test_split_contiguous_reductions(case, splits, monkeypatch):
+    monkeypatch.setenv(FORCE_ENV, str(splits))
+    monkeypatch.setenv("FUSE_ALL_VALIDATE", "1")
+    fn, inputs, phases = CONTIGUOUS[case]
+    assert _split_count(_kernel_names(fn, inputs())) >= phases
+
+
+def test_split_batchnorm_nchw_backward(monkeypatch):
+    monkeypatch.setenv(FORCE_ENV, "4")
+    bn = torch.nn.BatchNorm2d(5)
+    torch.nn.init.uniform_(bn.weight, 0.5, 1.5)
+    x = make((2, 5, 6, 7), requires_grad=True)
+    assert _split_count(_kernel_names(bn, (x,), grad=True, grad_vs_float64=True)) >= 3
+
+
+def test_split_full_sum_dynamic_shapes(monkeypatch):
+    monkeypatch.setenv(FORCE_ENV, "4")
+    for n in (1001, 777):
+        assert _split_count(_kernel_names(lambda x: (x * 2).sum(), (make((n,)),), dynamic=True)) >= 1
+
+
 @pytest.mark.parametrize("splits", [4, 7])
 @pytest.mark.parametrize("case", list(CASES))
 def test_split_column_reductions(case, splits, monkeypatch):
@@ -122,3 +158,13 @@ def test_choose_column_splits():
     # short columns: chunks would be under 256 rows
     assert ir.choose_column_splits(256, 300) == 1
     assert ir.choose_column_splits(256, 1024) == 4
+
+
+def test_choose_row_splits():
+    # BatchNorm stats of a 32x64x112x112 NCHW tensor: 64 rows of 401408 -> 16 chunks
+    assert ir.choose_row_splits(64, 32 * 112 * 112) == 16
+    # a full sum of 2**26 elements: 128 chunks (the cap)
+    assert ir.choose_row_splits(1, 2**26) == 128
+    # enough rows, or rows too short to cut
+    assert ir.choose_row_splits(4096, 4096) == 1
+    assert ir.choose_row_splits(8, 8191) == 1

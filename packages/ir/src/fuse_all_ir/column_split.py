@@ -1,22 +1,26 @@
-"""Split column reductions over programs: a GPU rewrite of the `Program`, for codegens that launch a grid.
+"""Split reductions over programs: a GPU rewrite of the `Program`, for codegens that launch a grid.
 
 A column reduction (`TilePlan` "column": BatchNorm statistics over a channels-last tensor, `x.sum(0)`)
 gives each program a block of columns and walks every row. With few columns (256 channels) that is a few
-programs for the whole GPU, each streaming 262144 rows alone. The split cuts the rows into `S` chunks:
+programs for the whole GPU, each streaming 262144 rows alone. A reduction along the contiguous dim with
+few long rows (a full sum; BatchNorm statistics of an NCHW tensor: 64 channels of 401408 elements) is as
+bad: one program per row. The split cuts the reduction space into `S` chunks:
 
-* a *partial* kernel per reduction phase, outer space (S, *columns): chunk ``s`` reduces its rows and
-  stores one partial per Reduce into a scratch buffer ``[S, columns]``;
+* a *partial* kernel per reduction phase, outer space (S, *outer): chunk ``s`` reduces its part and
+  stores one partial per Reduce into a scratch buffer ``[S, outer]``;
 * a *final* kernel per reduction phase, reduction space (S,): combines the partials (sum of sums, max of
   maxes, ...). The last one is the original kernel with every reduction phase replaced by its combined
   results, so it writes what the original wrote.
 
 A reduction phase that uses earlier Reduce results (the second pass of the corrected two-pass variance uses
 the mean of the first) reads them from the earlier final kernel's result buffer: the arithmetic is the
-original's, in the original order, only the summation is regrouped (partials of contiguous row chunks, as
-Inductor's split reductions do). 2 kernels per reduction phase instead of 1.
+original's, in the original order, only the summation is regrouped (partials of contiguous chunks of the
+flattened reduction space, as Inductor's split reductions do). 2 kernels per reduction phase instead of 1.
+Not split: phases that store per-element values (a softmax's last phase), argmax/argmin.
 
-`choose_column_splits` is the decision (to move into the FusionChoices hook); `FUSE_ALL_COLUMN_SPLITS=<n>`
-forces `n` chunks on every eligible kernel (tests run small shapes through the split this way).
+`choose_column_splits` / `choose_row_splits` are the decision (to move into the FusionChoices hook);
+`FUSE_ALL_COLUMN_SPLITS=<n>` forces `n` chunks on every eligible kernel (tests run small shapes through the
+split this way).
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from .validate import validate_program, validation_requested
 GPU_TARGET_PROGRAMS = 4 * 132
 COLUMN_TILE = 64            # columns one program reads side by side (Triton's column XBLOCK)
 MIN_ROWS_PER_SPLIT = 256    # a chunk this long keeps the partials' traffic under ~1/256 of the input's
+MIN_ELEMENTS_PER_ROW_SPLIT = 8192   # a chunk of a contiguous row: a few RBLOCK=2048 steps
 MAX_SPLITS = 128            # the final combine stays one persistent [XBLOCK, S] tile
 SPLITTABLE_OPS = ("sum", "prod", "max", "min", "any", "all")   # argmax/argmin would need index partials
 FORCE_ENV = "FUSE_ALL_COLUMN_SPLITS"
@@ -59,6 +64,18 @@ def choose_column_splits(columns: int, rows: int, target_programs: int = GPU_TAR
     return splits if splits >= 2 else 1
 
 
+def choose_row_splits(rows: int, length: int, target_programs: int = GPU_TARGET_PROGRAMS) -> int:
+    """The same for a reduction along the contiguous dim (a full sum, BatchNorm statistics of an NCHW
+    tensor: 64 channels of 401408 elements): a long row is one program, so fewer rows than
+    `target_programs` split each into chunks of at least MIN_ELEMENTS_PER_ROW_SPLIT elements."""
+    rows = max(1, rows)
+    if rows >= target_programs:
+        return 1
+    wanted = 1 << (-(-target_programs // rows) - 1).bit_length()
+    splits = min(wanted, MAX_SPLITS, _pow2_floor(length // MIN_ELEMENTS_PER_ROW_SPLIT))
+    return splits if splits >= 2 else 1
+
+
 def _hint(expr, hints: dict) -> int:
     expr = sympy.sympify(expr)
     if expr.is_number:
@@ -72,8 +89,8 @@ def _reduction_phases(kernel: Kernel) -> list[int]:
 
 def splittable(kernel: Kernel) -> str | None:
     """None when `kernel` can be split, else why not."""
-    if kernel.tiling is None or kernel.tiling.kind != "column":
-        return "not a column reduction"
+    if not kernel.reduction:
+        return "not a reduction"
     for i in _reduction_phases(kernel):
         body = kernel.loops[i].body
         reduced = {s.name for s in body if isinstance(s, Reduce)}
@@ -251,9 +268,10 @@ def _finish(kernel: Kernel) -> Kernel:
     return plan_tiling(kernel)
 
 
-def split_column_reductions(program: Program, target_programs: int = GPU_TARGET_PROGRAMS) -> Program:
-    """`program` with its few-column column reductions split (see the module docstring); unchanged when
-    none qualifies. For codegens that launch a grid of programs (Triton)."""
+def split_reductions(program: Program, target_programs: int = GPU_TARGET_PROGRAMS) -> Program:
+    """`program` with its reductions that leave the GPU mostly idle split (see the module docstring):
+    column reductions with few column blocks, contiguous ones with few long rows; unchanged when none
+    qualifies. For codegens that launch a grid of programs (Triton)."""
     forced = os.environ.get(FORCE_ENV, "").strip()
     plans = {}
     for name, kernel in program.kernels.items():
@@ -261,7 +279,12 @@ def split_column_reductions(program: Program, target_programs: int = GPU_TARGET_
             continue
         columns = _hint(sympy.Mul(*kernel.outer), program.size_hints)
         rows = _hint(sympy.Mul(*kernel.reduction), program.size_hints)
-        splits = int(forced) if forced else choose_column_splits(columns, rows, target_programs)
+        if forced:
+            splits = int(forced)
+        elif kernel.tiling is not None and kernel.tiling.kind == "column":
+            splits = choose_column_splits(columns, rows, target_programs)
+        else:
+            splits = choose_row_splits(columns, rows, target_programs)
         if splits >= 2:
             plans[name] = splits
     if not plans:
