@@ -1,5 +1,6 @@
-"""Split column reductions compiled for the GPU (marker `cuda`), at sizes where `choose_column_splits` splits
-on its own (no FUSE_ALL_COLUMN_SPLITS): few columns, long rows, rows that do not divide into the chunks."""
+"""Split reductions compiled for the GPU (marker `cuda`), at sizes where `choose_column_splits` /
+`choose_row_splits` split on their own (no FUSE_ALL_COLUMN_SPLITS): few columns or few long contiguous rows,
+lengths that do not divide into the chunks."""
 from __future__ import annotations
 
 import pytest
@@ -24,6 +25,8 @@ CASES = {
     "batchnorm_channels_last_odd": (
         lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
         lambda: (ot.make((5, 64, 37, 41)).to(memory_format=torch.channels_last), ot.make((64,)), ot.make((64,))), 2),
+    "full_sum_odd": (lambda x: x.sum(), lambda: (ot.make((3_000_017,)),), 1),
+    "batchnorm_nchw": (lambda x: F.batch_norm(x, None, None, training=True), lambda: (ot.make((9, 16, 61, 67)),), 2),
 }
 
 
@@ -51,3 +54,10 @@ def test_split_sums_against_float64_on_gpu():
     for label, a, e, r in (("sum", s, x.sum(0), x64.sum(0)), ("var", v, eager_v, ref_v), ("mean", m, eager_m, ref_m)):
         ot.assert_near_float64(a, e, r, label, atol=1e-6 * r.abs().max().item())
     assert _split_kernels() >= 2
+
+
+def test_split_batchnorm_nchw_backward_on_gpu():
+    bn = torch.nn.BatchNorm2d(16).cuda()
+    x = ot.make((9, 16, 61, 67)).cuda().requires_grad_()
+    ot.check(bn, x, codegen="triton", grad=True, grad_vs_float64=True, atol=1e-4, rtol=1e-4)
+    assert _split_kernels() >= 3
