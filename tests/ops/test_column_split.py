@@ -158,6 +158,8 @@ def test_choose_column_splits():
     # short columns: chunks would be under 256 rows
     assert ir.choose_column_splits(256, 300) == 1
     assert ir.choose_column_splits(256, 1024) == 4
+    # 16 columns of 2048 rows: one program walks 32768 elements, not worth two launches
+    assert ir.choose_column_splits(16, 2048) == 1
 
 
 def test_choose_row_splits():
@@ -168,3 +170,6 @@ def test_choose_row_splits():
     # enough rows, or rows too short to cut
     assert ir.choose_row_splits(4096, 4096) == 1
     assert ir.choose_row_splits(8, 8191) == 1
+    # a row of 50257 (a vocabulary): one program finishes it in microseconds, no extra launches
+    assert ir.choose_row_splits(8, 50257) == 1
+    assert ir.choose_row_splits(8, 1 << 16) == 8

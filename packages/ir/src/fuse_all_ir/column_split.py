@@ -40,6 +40,9 @@ from .validate import validate_program, validation_requested
 GPU_TARGET_PROGRAMS = 4 * 132
 COLUMN_TILE = 64            # columns one program reads side by side (Triton's column XBLOCK)
 MIN_ROWS_PER_SPLIT = 256    # a chunk this long keeps the partials' traffic under ~1/256 of the input's
+# a program walking fewer elements alone than this finishes in a few microseconds: the extra launches of a
+# split (a partial and a final kernel per phase) would cost more than the idle SMs
+MIN_SPLIT_WORK = 1 << 16
 MIN_ELEMENTS_PER_ROW_SPLIT = 8192   # a chunk of a contiguous row: a few RBLOCK=2048 steps
 MAX_SPLITS = 128            # the final combine stays one persistent [XBLOCK, S] tile
 SPLITTABLE_OPS = ("sum", "prod", "max", "min", "any", "all")   # argmax/argmin would need index partials
@@ -57,7 +60,7 @@ def choose_column_splits(columns: int, rows: int, target_programs: int = GPU_TAR
     MAX_SPLITS, with chunks of at least MIN_ROWS_PER_SPLIT rows. BatchNorm over 64x256x64x64
     channels-last: 4 column blocks -> 128 chunks of 2048 rows; x.sum(0) of 8192^2: 128 blocks -> 8 chunks."""
     blocks = -(-max(1, columns) // COLUMN_TILE)
-    if blocks >= target_programs:
+    if blocks >= target_programs or rows * min(columns, COLUMN_TILE) < MIN_SPLIT_WORK:
         return 1
     wanted = 1 << (-(-target_programs // blocks) - 1).bit_length()
     splits = min(wanted, MAX_SPLITS, _pow2_floor(rows // MIN_ROWS_PER_SPLIT))
@@ -69,7 +72,7 @@ def choose_row_splits(rows: int, length: int, target_programs: int = GPU_TARGET_
     tensor: 64 channels of 401408 elements): a long row is one program, so fewer rows than
     `target_programs` split each into chunks of at least MIN_ELEMENTS_PER_ROW_SPLIT elements."""
     rows = max(1, rows)
-    if rows >= target_programs:
+    if rows >= target_programs or length < MIN_SPLIT_WORK:
         return 1
     wanted = 1 << (-(-target_programs // rows) - 1).bit_length()
     splits = min(wanted, MAX_SPLITS, _pow2_floor(length // MIN_ELEMENTS_PER_ROW_SPLIT))
