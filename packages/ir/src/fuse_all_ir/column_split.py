@@ -94,6 +94,9 @@ def splittable(kernel: Kernel) -> str | None:
     """None when `kernel` can be split, else why not."""
     if not kernel.reduction:
         return "not a reduction"
+    if {s.buffer for s in kernel.statements() if isinstance(s, Load)} & set(kernel.outputs):
+        # the partial kernels skip the stores: a load of what the kernel wrote would read old values
+        return "reads a buffer it writes"
     for i in _reduction_phases(kernel):
         body = kernel.loops[i].body
         reduced = {s.name for s in body if isinstance(s, Reduce)}
@@ -298,6 +301,11 @@ def split_reductions(program: Program, target_programs: int = GPU_TARGET_PROGRAM
             kernels[name] = kernel
             continue
         parts, scratch = split_kernel(kernel, plans[name], program.device)
+        taken = set(program.buffers) | {i.name for i in program.inputs} | set(program.constants)
+        if taken & set(scratch) or set(program.kernels) & ({p.name for p in parts} - {name}):
+            kernels[name] = kernel   # a name clash (not expected: scratch names derive from kernel names)
+            del plans[name]
+            continue
         kernels.update({p.name: p for p in parts})
         buffers.update(scratch)
         plans[name] = (parts, scratch)
