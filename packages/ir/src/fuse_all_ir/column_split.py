@@ -317,7 +317,17 @@ def split_reductions(program: Program, target_programs: int = GPU_TARGET_PROGRAM
             steps += [Free(b) for b in scratch]
         else:
             steps.append(step)
-    split = dataclasses.replace(program, kernels=kernels, buffers=buffers, steps=steps)
+    report = program.report
+    if report is not None and hasattr(report, "groups"):
+        def noted(group):
+            if group.get("kernel") not in plans:
+                return group
+            parts, scratch = plans[group["kernel"]]
+            chunks = int(parts[0].outer[0])
+            return dict(group, why=f"{group['why']}; reduction split over {chunks} chunks into "
+                                   f"{', '.join(p.name for p in parts)}")
+        report = dataclasses.replace(report, groups=[noted(g) for g in report.groups])
+    split = dataclasses.replace(program, kernels=kernels, buffers=buffers, steps=steps, report=report)
     if validation_requested():
         validate_program(split)
     return split
