@@ -123,6 +123,13 @@ def test_argmax_is_not_split(monkeypatch):
     assert [k.tiling.kind for g in fuse_all.compiled_graphs() for k in g.kernels] == ["column"]
 
 
+def test_per_element_stores_are_not_split(monkeypatch):
+    """A softmax's last phase stores every element: the kernel stays whole, and right."""
+    monkeypatch.setenv(FORCE_ENV, "4")
+    names = _kernel_names(lambda x: torch.softmax(x, -1), (make((3, 700)),))
+    assert names and _split_count(names) == 0
+
+
 def test_cpp_is_not_split(monkeypatch):
     monkeypatch.setenv(FORCE_ENV, "4")
     # a sum of 300 terms: the C++ order differs from eager's by ~1e-5 (tolerance for the order, not the split)
