@@ -64,6 +64,7 @@ CONTIGUOUS = {
 }
 
 
+@pytest.mark.triton
 @pytest.mark.parametrize("splits", [4, 7])
 @pytest.mark.parametrize("case", list(CONTIGUOUS))
 def test_split_contiguous_reductions(case, splits, monkeypatch):
@@ -73,6 +74,7 @@ def test_split_contiguous_reductions(case, splits, monkeypatch):
     assert _split_count(_kernel_names(fn, inputs())) >= phases
 
 
+@pytest.mark.triton
 def test_split_batchnorm_nchw_backward(monkeypatch):
     monkeypatch.setenv(FORCE_ENV, "4")
     bn = torch.nn.BatchNorm2d(5)
@@ -81,12 +83,14 @@ def test_split_batchnorm_nchw_backward(monkeypatch):
     assert _split_count(_kernel_names(bn, (x,), grad=True, grad_vs_float64=True)) >= 3
 
 
+@pytest.mark.triton
 def test_split_full_sum_dynamic_shapes(monkeypatch):
     monkeypatch.setenv(FORCE_ENV, "4")
     for n in (1001, 777):
         assert _split_count(_kernel_names(lambda x: (x * 2).sum(), (make((n,)),), dynamic=True)) >= 1
 
 
+@pytest.mark.triton
 @pytest.mark.parametrize("splits", [4, 7])
 @pytest.mark.parametrize("case", list(CASES))
 def test_split_column_reductions(case, splits, monkeypatch):
@@ -96,6 +100,7 @@ def test_split_column_reductions(case, splits, monkeypatch):
     assert _split_count(_kernel_names(fn, inputs())) >= phases
 
 
+@pytest.mark.triton
 def test_split_dynamic_shapes(monkeypatch):
     monkeypatch.setenv(FORCE_ENV, "4")
     fn = lambda x: torch.var_mean(x, 0)   # noqa: E731
@@ -103,6 +108,7 @@ def test_split_dynamic_shapes(monkeypatch):
         assert _split_count(_kernel_names(fn, (make((rows, cols)),), dynamic=True)) >= 2
 
 
+@pytest.mark.triton
 def test_split_batchnorm_channels_last_backward(monkeypatch):
     """Training BatchNorm forward and backward on a channels-last tensor: the statistics and the weight /
     bias gradients (sums over N*H*W per channel) are split column reductions."""
@@ -115,6 +121,7 @@ def test_split_batchnorm_channels_last_backward(monkeypatch):
     assert _split_count(names) >= 3
 
 
+@pytest.mark.triton
 def test_argmax_is_not_split(monkeypatch):
     """argmax/argmin would need partial indices: the kernel stays whole, and right."""
     monkeypatch.setenv(FORCE_ENV, "4")
@@ -123,6 +130,7 @@ def test_argmax_is_not_split(monkeypatch):
     assert [k.tiling.kind for g in fuse_all.compiled_graphs() for k in g.kernels] == ["column"]
 
 
+@pytest.mark.triton
 def test_per_element_stores_are_not_split(monkeypatch):
     """A softmax's last phase stores every element: the kernel stays whole, and right."""
     monkeypatch.setenv(FORCE_ENV, "4")
@@ -137,6 +145,7 @@ def test_cpp_is_not_split(monkeypatch):
     assert names and _split_count(names) == 0
 
 
+@pytest.mark.triton
 @pytest.mark.parametrize("splits", [8, 64])
 def test_split_sums_against_float64(splits, monkeypatch):
     """Long columns (8192 rows) of positive values (errors add up): the split sum, mean and variance stay
