@@ -134,6 +134,20 @@ def batchnorm_channels_last(device: str, n: int, c: int, h: int, w: int) -> Inst
                       min_bytes=4 * (2 * n * c * h * w + 2 * c), tol=1e-4)
 
 
+def batchnorm_nchw(device: str, n: int, c: int, h: int, w: int) -> Instance:
+    """Training-mode BatchNorm statistics on an NCHW tensor: per channel over N*H*W, few long rows (H*W
+    contiguous, N strided)."""
+    weight, bias = torch.randn(c, device=device), torch.randn(c, device=device)
+    x = torch.randn(n, c, h, w, device=device)
+    return _inference(lambda x: F.batch_norm(x, None, None, weight, bias, training=True), (x,),
+                      min_bytes=4 * (2 * n * c * h * w + 2 * c), tol=1e-4)
+
+
+def sum_all(device: str, numel: int) -> Instance:
+    x = torch.randn(numel, device=device)
+    return _inference(lambda x: x.sum(), (x,), min_bytes=4 * numel, tol=1e-4)
+
+
 # ------------------------------------------------------------------------------------------------- models
 # Deep nets with random weights: float32 rounding differs wherever a compiler reorders a reduction or fuses
 # (e.g. batch norm folded into one multiply-add), and the differences grow through ~50-100 layers. 1e-3 of
@@ -283,6 +297,8 @@ WORKLOADS: dict[str, Callable[[str], Instance]] = {
     "layernorm_channels_64x256x64x64": P(layernorm_over_channels, n=64, c=256, h=64, w=64),
     "batchnorm_channels_last_8x64x64x64": P(batchnorm_channels_last, n=8, c=64, h=64, w=64),
     "batchnorm_channels_last_64x256x64x64": P(batchnorm_channels_last, n=64, c=256, h=64, w=64),
+    "batchnorm_nchw_32x64x112x112": P(batchnorm_nchw, n=32, c=64, h=112, w=112),
+    "sum_all_2e26": P(sum_all, numel=2**26),
     "resnet50_1x3x64x64": P(resnet50, batch=1, channels=3, height=64, width=64),
     "resnet50_cl_1x3x64x64": P(resnet50_channels_last, batch=1, size=64),
     "mobilenet_v2_1x3x128x128": P(mobilenet_v2, batch=1, size=128),

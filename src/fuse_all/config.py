@@ -59,6 +59,9 @@ VARIABLES: tuple[Variable, ...] = (
              "`threads`: compile in the threads themselves"),
     Variable("FUSE_ALL_TRITON_DIRECT_LAUNCH", "`1`", "fuse_all_codegen_triton",
              "`0`: launch Triton kernels through Triton's own launcher instead of the fast path (Triton 3.6)"),
+    Variable("FUSE_ALL_COLUMN_SPLITS", "chosen per kernel", "fuse_all_ir",
+             "`n`: split every splittable reduction compiled for Triton (column or contiguous) into `n` chunks (a "
+             "partial and a final kernel per reduction phase); for tests and experiments"),
 )
 
 # Variables read only by the test suite, the benchmark scripts and the editor tests; not user settings.

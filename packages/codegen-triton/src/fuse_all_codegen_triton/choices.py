@@ -31,6 +31,7 @@ class TritonChoices(FusionChoices):
     persistent_max_rnumel: int = PERSISTENT_MAX_RNUMEL
     rblock: int | None = None           # force RBLOCK of looped reductions (tests use tiny values)
     force_looped: bool = False
+    split_reductions: bool = True       # few columns or rows over long reductions: partial + final kernels
 
     def choose_kernel_shape(self, kernel, size_hints: dict | None = None) -> KernelShape:
         plan = kernel.tiling

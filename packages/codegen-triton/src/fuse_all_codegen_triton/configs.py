@@ -207,6 +207,9 @@ def column_configs(xnumel: int, rnumel: int, max_autotune: bool = False, rblock:
                     _cfg(max(1, min(x * 2, next_power_of_2(xnumel))), max(1, r // 2), 4)]
         if x > 16:
             configs.append(_cfg(max(16, x // 2), min(128, next_power_of_2(rnumel)), 8))
+        if x == 64 and xnumel >= 128 * MIN_PROGRAMS:
+            # many columns (a split column sum: chunks x 8192 columns): 512-byte rows per step
+            configs.append(_cfg(128, min(64, r), 8))
     if max_autotune and rblock is None:
         configs += [_cfg(min(128, next_power_of_2(xnumel)), max(1, r // 4), 8), _cfg(x, r, 4, 2)]
     return _dedupe(configs)

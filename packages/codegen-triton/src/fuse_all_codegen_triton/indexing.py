@@ -240,7 +240,9 @@ def index_bounds(kernel: Kernel) -> list:
         if isinstance(st, (Load, Store)):
             exprs.append(st.index)
         elif isinstance(st, IndexValue):
-            exprs.append(st.expr)
+            expr = sympy.sympify(st.expr)
+            # a comparison (a chunk's row bound) computes its two sides
+            exprs += list(expr.args) if isinstance(expr, sympy.core.relational.Relational) else [expr]
     seen: list = []
     for e in exprs:
         seen.append(_abs_bound(sympy.expand(sympy.sympify(e)), var_max, seen))

@@ -8,6 +8,7 @@ import torch
 
 from . import lowerings_pointwise, lowerings_reduce, lowerings_view  # noqa: F401  (register lowerings)
 from .choices import FusionChoices
+from .column_split import split_reductions
 from .compile_timing import phase
 from .lowering import LOWERINGS, GraphLowering
 from .memory import plan_reuse
@@ -34,6 +35,8 @@ def lower(gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", dev
         lowered = GraphLowering(gm, example_inputs, graph_id, device).run()
     with phase("fusion_schedule"):
         program = schedule(lowered, choices)
+        if choices is not None and choices.split_reductions:   # a grid target: idle programs are lost time
+            program = split_reductions(program)
         if reuse_buffers is None:
             reuse_buffers = os.environ.get("FUSE_ALL_REUSE_BUFFERS", "1").strip() != "0"
         if reuse_buffers:

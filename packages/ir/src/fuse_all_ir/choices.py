@@ -38,6 +38,9 @@ class FusionChoices:
     """Target-neutral heuristics; subclass per target and override the hooks."""
 
     max_kernel_statements: int = MAX_KERNEL_STATEMENTS
+    # split reductions that would leave most of a grid target idle (`column_split.py`); CPU threads
+    # split inside one kernel instead
+    split_reductions: bool = False
     max_group_members: int = MAX_GROUP_MEMBERS
 
     # ---- fusion ---------------------------------------------------------------------------------------

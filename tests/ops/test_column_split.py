@@ -1,0 +1,191 @@
+"""Split column reductions (fuse_all_ir.column_split) through the Triton codegen (interpreter on CPU), against
+eager and a float64 reference: column sums, means, max/min/any, var and BatchNorm training statistics,
+channels-last BatchNorm forward and backward, odd sizes whose rows do not divide into the chunks, dynamic
+shapes. Small shapes are forced through the split with FUSE_ALL_COLUMN_SPLITS; each case checks that the
+kernels really were split. The decision itself (`choose_column_splits`) is checked on the GPU sizes."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fuse_all
+import fuse_all_ir as ir
+from fuse_all_ir.column_split import FORCE_ENV
+from fuse_all_optest import assert_near_float64, check, make
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def _kernel_names(fn, inputs, codegen="triton", dynamic=None, **kw) -> list[str]:
+    fuse_all.reset()
+    check(fn, *inputs, codegen=codegen, dynamic=dynamic, **kw)
+    names = []
+    for graph in fuse_all.compiled_graphs():
+        assert graph.fallback_reason is None, graph.fallback_reason
+        names += [k.name for k in graph.kernels]
+    return names
+
+
+def _split_count(names) -> int:
+    return sum("_part" in n for n in names)
+
+
+CASES = {
+    # 37 rows in 4 chunks of 10: the last chunk is 7 rows long (masked)
+    "sum_dim0_odd": (lambda x: x.sum(0), lambda: (make((37, 1029)),), 1),
+    "mean_dim0": (lambda x: x.mean(0), lambda: (make((300, 37)),), 1),
+    "amax_dim0": (lambda x: x.amax(0), lambda: (make((77, 130)),), 1),
+    "amin_dim0_negative": (lambda x: x.amin(0), lambda: (make((45, 19), low=-9, high=-1),), 1),
+    "any_dim0": (lambda x: (x > 1.5).any(0), lambda: (make((61, 33)),), 1),
+    "int_sum_dim0": (lambda x: x.sum(0), lambda: (make((53, 40), torch.int32),), 1),
+    "half_sum_dim0": (lambda x: x.sum(0), lambda: (make((90, 33), torch.float16),), 1),
+    "prod_dim0": (lambda x: x.prod(0), lambda: (make((23, 31), low=0.8, high=1.25),), 1),
+    "var_mean_dim0": (lambda x: torch.var_mean(x, 0), lambda: (make((203, 48)),), 2),
+    "sum_two_dims_channels_last": (lambda x: x.sum((0, 2, 3)),
+                                   lambda: (make((3, 5, 7, 11)).to(memory_format=torch.channels_last),), 1),
+    "batchnorm_channels_last": (
+        lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+        lambda: (make((4, 24, 5, 7)).to(memory_format=torch.channels_last), make((24,)), make((24,))), 2),
+    "batchnorm_channels_last_odd": (
+        lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+        lambda: (make((3, 5, 7, 11)).to(memory_format=torch.channels_last), make((5,)), make((5,))), 2),
+}
+
+
+# reductions along the contiguous dim (few long rows): the same split
+CONTIGUOUS = {
+    "full_sum_odd": (lambda x: x.sum(), lambda: (make((1001,)),), 1),
+    "mean_last_dim": (lambda x: x.mean(-1), lambda: (make((3, 1029)),), 1),
+    "var_mean_full": (lambda x: torch.var_mean(x), lambda: (make((31, 17)),), 2),
+    "logsumexp_last_dim": (lambda x: torch.logsumexp(x, -1), lambda: (make((2, 517)),), 2),
+    # NCHW statistics: reduction dims N and H*W do not merge, chunks cut across images
+    "batchnorm_nchw": (
+        lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+        lambda: (make((3, 4, 9, 11)), make((4,)), make((4,))), 2),
+}
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("splits", [4, 7])
+@pytest.mark.parametrize("case", list(CONTIGUOUS))
+def test_split_contiguous_reductions(case, splits, monkeypatch):
+    monkeypatch.setenv(FORCE_ENV, str(splits))
+    monkeypatch.setenv("FUSE_ALL_VALIDATE", "1")
+    fn, inputs, phases = CONTIGUOUS[case]
+    assert _split_count(_kernel_names(fn, inputs())) >= phases
+
+
+@pytest.mark.triton
+def test_split_batchnorm_nchw_backward(monkeypatch):
+    monkeypatch.setenv(FORCE_ENV, "4")
+    bn = torch.nn.BatchNorm2d(5)
+    torch.nn.init.uniform_(bn.weight, 0.5, 1.5)
+    x = make((2, 5, 6, 7), requires_grad=True)
+    assert _split_count(_kernel_names(bn, (x,), grad=True, grad_vs_float64=True)) >= 3
+
+
+@pytest.mark.triton
+def test_split_full_sum_dynamic_shapes(monkeypatch):
+    monkeypatch.setenv(FORCE_ENV, "4")
+    for n in (1001, 777):
+        assert _split_count(_kernel_names(lambda x: (x * 2).sum(), (make((n,)),), dynamic=True)) >= 1
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("splits", [4, 7])
+@pytest.mark.parametrize("case", list(CASES))
+def test_split_column_reductions(case, splits, monkeypatch):
+    monkeypatch.setenv(FORCE_ENV, str(splits))
+    monkeypatch.setenv("FUSE_ALL_VALIDATE", "1")
+    fn, inputs, phases = CASES[case]
+    assert _split_count(_kernel_names(fn, inputs())) >= phases
+
+
+@pytest.mark.triton
+def test_split_dynamic_shapes(monkeypatch):
+    monkeypatch.setenv(FORCE_ENV, "4")
+    fn = lambda x: torch.var_mean(x, 0)   # noqa: E731
+    for rows, cols in ((37, 53), (70, 29)):
+        assert _split_count(_kernel_names(fn, (make((rows, cols)),), dynamic=True)) >= 2
+
+
+@pytest.mark.triton
+def test_split_batchnorm_channels_last_backward(monkeypatch):
+    """Training BatchNorm forward and backward on a channels-last tensor: the statistics and the weight /
+    bias gradients (sums over N*H*W per channel) are split column reductions."""
+    monkeypatch.setenv(FORCE_ENV, "4")
+    bn = torch.nn.BatchNorm2d(6)
+    torch.nn.init.uniform_(bn.weight, 0.5, 1.5)
+    torch.nn.init.uniform_(bn.bias, -0.5, 0.5)
+    x = make((3, 6, 5, 7), requires_grad=True).to(memory_format=torch.channels_last).detach().requires_grad_()
+    names = _kernel_names(bn, (x,), grad=True, grad_vs_float64=True)
+    assert _split_count(names) >= 3
+
+
+@pytest.mark.triton
+def test_argmax_is_not_split(monkeypatch):
+    """argmax/argmin would need partial indices: the kernel stays whole, and right."""
+    monkeypatch.setenv(FORCE_ENV, "4")
+    names = _kernel_names(lambda x: x.argmax(0), (make((300, 37)),))
+    assert names and _split_count(names) == 0
+    assert [k.tiling.kind for g in fuse_all.compiled_graphs() for k in g.kernels] == ["column"]
+
+
+@pytest.mark.triton
+def test_per_element_stores_are_not_split(monkeypatch):
+    """A softmax's last phase stores every element: the kernel stays whole, and right."""
+    monkeypatch.setenv(FORCE_ENV, "4")
+    names = _kernel_names(lambda x: torch.softmax(x, -1), (make((3, 700)),))
+    assert names and _split_count(names) == 0
+
+
+def test_cpp_is_not_split(monkeypatch):
+    monkeypatch.setenv(FORCE_ENV, "4")
+    # a sum of 300 terms: the C++ order differs from eager's by ~1e-5 (tolerance for the order, not the split)
+    names = _kernel_names(lambda x: x.sum(0), (make((300, 37)),), codegen="cpp", atol=1e-4, rtol=1e-5)
+    assert names and _split_count(names) == 0
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("splits", [8, 64])
+def test_split_sums_against_float64(splits, monkeypatch):
+    """Long columns (8192 rows) of positive values (errors add up): the split sum, mean and variance stay
+    within eager's error against float64."""
+    monkeypatch.setenv(FORCE_ENV, str(splits))
+    x = make((8192, 24), low=0.5, high=1.5) * 3 + 100
+    compiled = torch.compile(lambda t: (t.sum(0), t.mean(0), torch.var(t, 0)), backend="fuse_all",
+                             options={"codegen": "triton"})
+    actual = compiled(x)
+    eager = (x.sum(0), x.mean(0), torch.var(x, 0))
+    x64 = x.double()
+    reference = (x64.sum(0), x64.mean(0), torch.var(x64, 0))
+    for label, a, e, r in zip(("sum", "mean", "var"), actual, eager, reference):
+        assert_near_float64(a, e, r, label, atol=1e-6 * r.abs().max().item())
+    names = [k.name for g in fuse_all.compiled_graphs() for k in g.kernels]
+    assert _split_count(names) >= 2
+
+
+def test_choose_column_splits():
+    # BatchNorm stats over 64x256x64x64 channels-last: 4 blocks of 64 columns, 262144 rows
+    assert ir.choose_column_splits(256, 262144) == 128
+    # x.sum(0) of 8192 x 8192: 128 blocks -> 8 chunks of 1024 rows
+    assert ir.choose_column_splits(8192, 8192) == 8
+    # enough column blocks already: no split
+    assert ir.choose_column_splits(64 * 600, 8192) == 1
+    # short columns: chunks would be under 256 rows
+    assert ir.choose_column_splits(256, 300) == 1
+    assert ir.choose_column_splits(256, 1024) == 4
+    # 16 columns of 2048 rows: one program walks 32768 elements, not worth two launches
+    assert ir.choose_column_splits(16, 2048) == 1
+
+
+def test_choose_row_splits():
+    # BatchNorm stats of a 32x64x112x112 NCHW tensor: 64 rows of 401408 -> 16 chunks
+    assert ir.choose_row_splits(64, 32 * 112 * 112) == 16
+    # a full sum of 2**26 elements: 128 chunks (the cap)
+    assert ir.choose_row_splits(1, 2**26) == 128
+    # enough rows, or rows too short to cut
+    assert ir.choose_row_splits(4096, 4096) == 1
+    assert ir.choose_row_splits(8, 8191) == 1
+    # a row of 50257 (a vocabulary): one program finishes it in microseconds, no extra launches
+    assert ir.choose_row_splits(8, 50257) == 1
+    assert ir.choose_row_splits(8, 1 << 16) == 8
