@@ -6,33 +6,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import fuse_all
+from tiny_stack import tiny_stack
 
 pytestmark = pytest.mark.cuda
 
 
-class TinyLayer(torch.nn.Module):
-    def __init__(self, hidden: int = 32, heads: int = 2):
-        super().__init__()
-        self.heads = heads
-        self.q, self.k, self.v, self.o = (torch.nn.Linear(hidden, hidden) for _ in range(4))
-        self.up, self.down = torch.nn.Linear(hidden, 4 * hidden), torch.nn.Linear(4 * hidden, hidden)
-        self.norm1, self.norm2 = torch.nn.LayerNorm(hidden), torch.nn.LayerNorm(hidden)
-
-    def forward(self, x):
-        b, t, h = x.shape
-
-        def split(y):
-            return y.view(b, t, self.heads, h // self.heads).transpose(1, 2)
-        att = F.scaled_dot_product_attention(split(self.q(x)), split(self.k(x)), split(self.v(x)))
-        x = self.norm1(x + self.o(att.transpose(1, 2).reshape(b, t, h)))
-        return self.norm2(x + self.down(F.gelu(self.up(x))))
-
-
 def stack(layers: int = 4) -> torch.nn.Module:
-    return torch.nn.Sequential(*(TinyLayer() for _ in range(layers))).cuda().eval()
+    return tiny_stack(layers).cuda()
 
 
 def host_source() -> str:

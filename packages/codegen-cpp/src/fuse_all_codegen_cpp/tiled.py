@@ -14,6 +14,7 @@ from fuse_all_ir.program import Load
 from fuse_all_ir.symbolic import xvar
 
 from . import rules
+from .choices import numel as _numel
 from .index_printer import c_name, cpp_index
 
 FOUR_BYTE_TYPES = ("float", "int32_t", "uint32_t")
@@ -22,10 +23,6 @@ FOUR_BYTE_TYPES = ("float", "int32_t", "uint32_t")
 def _loop_symbol(name: str) -> sympy.Symbol:
     """A loop counter of the rendered code, in an index expression."""
     return sympy.Symbol(name, integer=True, nonnegative=True)
-
-
-def _numel(sizes) -> sympy.Expr:
-    return sympy.Mul(*[sympy.sympify(s) for s in sizes]) if sizes else sympy.Integer(1)
 
 
 class TiledLoops:
