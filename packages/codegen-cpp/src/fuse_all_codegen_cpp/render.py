@@ -32,6 +32,7 @@ from .choices import CppChoices
 from .choices import numel as _numel, size_hint as _hint
 from .index_printer import c_name, cpp_expr_type, cpp_index
 from fuse_all_ir.normalize import normalize
+from fuse_all_ir.welford import two_pass_form
 from .reuse import plan_reuse
 from .tiled import TiledLoops
 
@@ -57,7 +58,8 @@ def is_float_sum(r: Reduce) -> bool:
 class KernelRenderer(TiledLoops):
     def __init__(self, kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None,
                  choices: CppChoices | None = None):
-        self.k = kernel = normalize(kernel)
+        # variance: the corrected two-pass per row (a row's second walk mostly hits the cache)
+        self.k = kernel = normalize(two_pass_form(kernel))
         self.size_hints = size_hints or {}
         self.shape = (choices or CppChoices()).choose_kernel_shape(kernel, self.size_hints)
         self.dtypes = {st.name: st.dtype for st in kernel.statements() if not isinstance(st, Store)}
