@@ -234,13 +234,13 @@ def split_kernel(kernel: Kernel, splits: int, device: str):
                         mask = names()
                         body.append(Compute(mask, "logical_and", (s.mask, valid), "bool"))
                     s = dataclasses.replace(s, mask=mask)
-            elif isinstance(s, Reduce):
-                if valid is not None:
-                    dtype = dtype_of[s.arg]
-                    neutral, kept = names(), names()
-                    body += [Const(neutral, _neutral(s.op, dtype), dtype),
-                             Compute(kept, "where", (valid, s.arg, neutral), dtype)]
-                    s = dataclasses.replace(s, arg=kept)
+            elif isinstance(s, Reduce) and valid is not None:
+                dtype = dtype_of[s.arg]
+                neutral, kept = names(), names()
+                body += [Const(neutral, _neutral(s.op, dtype), dtype),
+                         Compute(kept, "where", (valid, s.arg, neutral), dtype)]
+                s = dataclasses.replace(s, arg=kept)
+            if isinstance(s, Reduce):
                 buffer = f"{kernel.name}_part{j}_{len(reduces)}"
                 scratch[buffer] = spec(s.dtype, splits * columns)
                 reduces.append((s, buffer))
