@@ -12,8 +12,10 @@ bad: one program per row. The split cuts the reduction space into `S` chunks:
   maxes, ...). The last one is the original kernel with every reduction phase replaced by its combined
   results, so it writes what the original wrote.
 
-A reduction phase that uses earlier Reduce results (the second pass of the corrected two-pass variance uses
-the mean of the first) reads them from the earlier final kernel's result buffer: the arithmetic is the
+A variance (welford_mean / welford_m2, issue 11) is one phase: each chunk stores its (mean, M2) of the
+row-shifted values and the final kernel combines them by Chan's formula (`_welford_combine`), so the
+input is read once. A reduction phase that uses earlier Reduce results reads them from the earlier final
+kernel's result buffer: the arithmetic is the
 original's, in the original order, only the summation is regrouped (partials of contiguous chunks of the
 flattened reduction space, as Inductor's split reductions do). 2 kernels per reduction phase instead of 1.
 Not split: phases that store per-element values (a softmax's last phase), argmax/argmin.
