@@ -207,3 +207,16 @@ def test_validator_rejects_a_mask_on_other_reductions():
                        [ir.Loop(True, body), ir.Loop(False, [ir.Store("out", ir.xvar(0), "v")])], ("in0",), ("out",), ())
     with pytest.raises(ir.InvalidProgram, match="only welford reductions take a mask"):
         ir.validate_kernel(kernel)
+
+
+def test_cpp_column_tiles_read_the_input_once():
+    """C++ column tiles (channels-last BatchNorm statistics on CPU): blocks of 64 rows, each read from memory
+    once (the second pass over a block hits the cache), where the two-pass form walked every row twice."""
+    from fuse_all_codegen_cpp import CppChoices, render_kernel
+    x = torch.randn(16, 64, 8, 8).to(memory_format=torch.channels_last)
+    fn = lambda x: torch.ops.aten.var_mean.correction(x, [0, 2, 3], correction=0, keepdim=True)   # noqa: E731
+    program = _program(fn, (x,), CppChoices())
+    (kernel,) = program.kernels.values()
+    source = render_kernel(kernel, program.buffer_dtypes(), program.size_hints, CppChoices())
+    assert "one-pass variance: blocks of 64 rows" in source
+    assert source.count("for (int64_t fa_rb = 0;") == 1      # one walk over the rows

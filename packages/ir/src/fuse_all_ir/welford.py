@@ -51,7 +51,7 @@ class _Names:
                 return name
 
 
-def _slice(body, wanted: set) -> list:
+def value_slice(body, wanted: set) -> list:
     """The statements of `body` that the values `wanted` depend on (no Reduce, no Store), in order."""
     by_name = {s.name: s for s in body if not isinstance(s, (Store, Reduce))}
     need, stack = set(), [w for w in wanted if w in by_name]
@@ -95,7 +95,7 @@ def two_pass_form(kernel: Kernel) -> Kernel:
             continue
         first = [s for s in loop.body if not (isinstance(s, Reduce) and is_welford(s.op))]
         means, second, finals = [], [], []
-        slice_ = _slice(loop.body, {v for key in groups for v in key if v is not None})
+        slice_ = value_slice(loop.body, {v for key in groups for v in key if v is not None})
         rename = {s.name: names("wr") for s in slice_}
         second += _renamed(slice_, rename)
         for (arg, mask), reduces in groups.items():
