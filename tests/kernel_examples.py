@@ -115,6 +115,33 @@ def mean_var(device):
     return Example(p, [x], lambda ins: (ins[0].mean(1), ins[0].var(1, unbiased=False)), rtol=1e-4, atol=1e-5)
 
 
+def welford(device):
+    """One-pass variance: welford_mean and welford_m2 sharing one accumulator, and a second group whose
+    Reduce mask leaves out the points r0 >= 1000 (a split's tail chunk); values around 100."""
+    R, C, K = 37, 3001, 1000
+    idx = x0 * C + r0
+    k = Kernel("kernel_0", (sympy.Integer(R),), (sympy.Integer(C),), [
+        Loop(True, [Load("a", "arg0", idx, "float32"), Reduce("m", "welford_mean", "a", "float32"),
+                    Reduce("q", "welford_m2", "a", "float32"),
+                    IndexValue("keep", sympy.StrictLessThan(r0, K), "bool"), Const("two", 2.0, "float32"),
+                    Compute("b", "mul", ("a", "two"), "float32"),
+                    Reduce("mk", "welford_mean", "b", "float32", mask="keep"),
+                    Reduce("qk", "welford_m2", "b", "float32", mask="keep")]),
+        Loop(False, [Store("buf0", x0, "m"), Store("buf1", x0, "q"), Store("buf2", x0, "mk"),
+                     Store("buf3", x0, "qk")]),
+    ], ("arg0",), ("buf0", "buf1", "buf2", "buf3"), ())
+    p = program("welford", device, {"arg0": spec("float32", [R, C])},
+                {f"buf{i}": spec("float32", [R]) for i in range(4)}, [k])
+    x = nonzero_randn(R, C, device=device) + 100.0
+
+    def expected(ins):
+        a = ins[0].double()
+        b = 2 * a[:, :K]
+        return tuple(t.float() for t in (a.mean(1), (a - a.mean(1, keepdim=True)).square().sum(1),
+                                          b.mean(1), (b - b.mean(1, keepdim=True)).square().sum(1)))
+    return Example(p, [x], expected, rtol=1e-4, atol=1e-3)
+
+
 def arg_reductions_nan(device):
     """argmax/argmin/max/min over a 2-D reduction space (flattened positions), with NaN in some rows."""
     R, C1, C2 = 9, 13, 17
@@ -543,6 +570,7 @@ EXAMPLES: dict[str, Callable[[str], Example]] = {
     "softmax_float16": lambda d: softmax(d, "float16", 13, 515),
     "softmax_bfloat16": lambda d: softmax(d, "bfloat16", 13, 515),
     "mean_var": mean_var,
+    "welford": welford,
     "arg_reductions_nan": arg_reductions_nan,
     "masked_pad": masked_pad,
     "int_ops_int32": int_ops,

@@ -21,12 +21,13 @@ def _split_kernels() -> int:
 
 CASES = {
     "sum_dim0": (lambda x: x.sum(0), lambda: (ot.make((3001, 2049)),), 1),
-    "var_mean_dim0": (lambda x: torch.var_mean(x, 0), lambda: (ot.make((20011, 96)),), 2),
+    # a variance is one split phase (Welford partials, issue 11)
+    "var_mean_dim0": (lambda x: torch.var_mean(x, 0), lambda: (ot.make((20011, 96)),), 1),
     "batchnorm_channels_last_odd": (
         lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
-        lambda: (ot.make((5, 64, 37, 41)).to(memory_format=torch.channels_last), ot.make((64,)), ot.make((64,))), 2),
+        lambda: (ot.make((5, 64, 37, 41)).to(memory_format=torch.channels_last), ot.make((64,)), ot.make((64,))), 1),
     "full_sum_odd": (lambda x: x.sum(), lambda: (ot.make((3_000_017,)),), 1),
-    "batchnorm_nchw": (lambda x: F.batch_norm(x, None, None, training=True), lambda: (ot.make((17, 16, 61, 67)),), 2),
+    "batchnorm_nchw": (lambda x: F.batch_norm(x, None, None, training=True), lambda: (ot.make((17, 16, 61, 67)),), 1),
 }
 
 
@@ -41,7 +42,7 @@ def test_split_batchnorm_backward_on_gpu():
     bn = torch.nn.BatchNorm2d(32).cuda()
     x = ot.make((8, 32, 33, 35)).cuda().to(memory_format=torch.channels_last).requires_grad_()
     ot.check(bn, x, codegen="triton", grad=True, grad_vs_float64=True, atol=1e-4, rtol=1e-4)
-    assert _split_kernels() >= 3
+    assert _split_kernels() >= 2   # the statistics (one Welford phase) and the backward's sums
 
 
 def test_split_sums_against_float64_on_gpu():
@@ -60,4 +61,4 @@ def test_split_batchnorm_nchw_backward_on_gpu():
     bn = torch.nn.BatchNorm2d(16).cuda()
     x = ot.make((17, 16, 61, 67)).cuda().requires_grad_()
     ot.check(bn, x, codegen="triton", grad=True, grad_vs_float64=True, atol=1e-4, rtol=1e-4)
-    assert _split_kernels() >= 3
+    assert _split_kernels() >= 2   # the statistics (one Welford phase) and the backward's sums

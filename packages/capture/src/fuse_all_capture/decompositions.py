@@ -8,9 +8,10 @@ What the captured graph should contain is decided by what fuses:
   std_mean, addcmul/addcdiv/lerp, plus torch's whole core-ATen table (t/transpose -> permute, sum ->
   sum.dim_IntList, ...). mean and the variance family use our own decompositions below: torch's go through
   `torch._refs` and leave `prims.*` ops (prims.var, prims.sum, prims.broadcast_in_dim) in the graph, and
-  prims.var is a Welford reduction our IR does not have. Ours use aten.sum (mean, then the deviations'
-  sum and squares: the corrected two-pass algorithm), which the IR fuses into one two-phase reduction
-  kernel.
+  prims.var is a Welford reduction in torch's prims. Ours use aten.sum (mean, then the deviations' sum
+  and squares: the corrected two-pass algorithm); std/std_mean go through aten.var_mean. fuse-all's
+  backend drops var/var_mean from the table (its IR lowers them to a one-pass Welford reduction), so
+  there they stay var_mean.
 * Kept as one ATen op (an extern call to a vendor library beats anything we would generate):
   convolution (+backward), mm/addmm/bmm/baddbmm, embedding (+dense backward: a scatter-add), random ops
   (native_dropout, bernoulli: our kernels have no RNG), im2col/col2im, and scaled-dot-product attention.
@@ -124,14 +125,18 @@ def _var(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: b
     return result if result is NotImplemented else result[0]
 
 
+# std and std_mean go through aten.var_mean: a backend that lowers var_mean itself (fuse-all's IR: a
+# one-pass Welford variance) drops it from the table and gets it, others get `_var_mean` above
 def _std_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
-    result = _var_mean(x, dim, correction=correction, keepdim=keepdim)
-    return result if result is NotImplemented else (torch.sqrt(result[0]), result[1])
+    if not x.dtype.is_floating_point or x.dim() == 0:
+        return NotImplemented
+    var, mean = torch.ops.aten.var_mean.correction(x, dim, correction=correction, keepdim=keepdim)
+    return torch.sqrt(var), mean
 
 
 def _std(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
-    result = _var_mean(x, dim, correction=correction, keepdim=keepdim)
-    return result if result is NotImplemented else torch.sqrt(result[0])
+    result = _std_mean(x, dim, correction=correction, keepdim=keepdim)
+    return result if result is NotImplemented else result[0]
 
 
 def _own_decompositions() -> dict[Any, Callable[..., Any]]:

@@ -32,8 +32,10 @@ from .choices import CppChoices
 from .choices import numel as _numel, size_hint as _hint
 from .index_printer import c_name, cpp_expr_type, cpp_index
 from fuse_all_ir.normalize import normalize
+from fuse_all_ir.welford import two_pass_form, welford_groups
 from .reuse import plan_reuse
 from .tiled import TiledLoops
+from .welford_tiles import WelfordTiles, native_welford_ok
 
 PARALLEL_MIN_WORK = 32768      # below this many element-steps a kernel runs on the calling thread
 # Float sums accumulate per block of this many elements (each vector lane SUM_BLOCK / 16 of them in a row
@@ -54,12 +56,17 @@ def is_float_sum(r: Reduce) -> bool:
 
 # ---- the kernel walker ----------------------------------------------------------------------------------
 
-class KernelRenderer(TiledLoops):
+class KernelRenderer(TiledLoops, WelfordTiles):
     def __init__(self, kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None,
                  choices: CppChoices | None = None):
-        self.k = kernel = normalize(kernel)
+        kernel = normalize(kernel)
         self.size_hints = size_hints or {}
         self.shape = (choices or CppChoices()).choose_kernel_shape(kernel, self.size_hints)
+        # variance: column tiles compute it in one read (welford_tiles.py); rows and thread splits by the
+        # corrected two-pass (a row's second walk mostly hits the cache)
+        if not (self.shape.kind == "tiled" and native_welford_ok(kernel)):
+            kernel = two_pass_form(kernel)
+        self.k = kernel
         self.dtypes = {st.name: st.dtype for st in kernel.statements() if not isinstance(st, Store)}
         self.buffers = kernel.buffer_dtypes(buffer_dtypes)   # buffer name -> IR dtype
         self.lines: list[str] = []
@@ -331,6 +338,9 @@ class KernelRenderer(TiledLoops):
         for loop in k.loops:
             if not loop.over_reduction:
                 column_loop([st for st in loop.body if not isinstance(st, Const)])   # consts: emitted above
+                continue
+            if welford_groups(loop.body):
+                self.welford_tile_phase(loop, max_tile)
                 continue
             reduces = [s for s in loop.body if isinstance(s, Reduce)]
             # float sums down long columns: a tree of fan-out 64 per column (see fa_tile_flush)

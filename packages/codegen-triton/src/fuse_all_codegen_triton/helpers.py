@@ -37,6 +37,21 @@ def min_nan(x, axis):
 
 
 @triton.jit
+def welford_combine(mean, m2, weight, axis):
+    # Chan's combine of per-lane Welford accumulators (mean_i, M2_i, n_i) along `axis`, with tl.sum only
+    # (fast in the interpreter, a tree on GPUs): around the weighted mean m0 of the lanes,
+    # M2 = sum M2_i + sum n_i d_i^2 - S^2 / n with d_i = mean_i - m0, S = sum n_i d_i, and mean = m0 + S / n
+    # (the S terms remove m0's rounding). Lanes without a value (n_i = 0) count nowhere.
+    n = tl.sum(weight, axis)
+    m0 = tl.sum(weight * mean, axis) / n
+    d = tl.where(weight > 0, mean - tl.expand_dims(m0, axis), 0.0)
+    s = tl.sum(weight * d, axis)
+    shift = s / n
+    m2_total = tl.sum(m2, axis) + tl.abs(tl.sum(weight * d * d, axis) - s * shift)
+    return m0 + shift, m2_total
+
+
+@triton.jit
 def _mul(a, b):
     return a * b
 

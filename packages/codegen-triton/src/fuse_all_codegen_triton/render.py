@@ -27,7 +27,8 @@ import sympy
 from fuse_all_ir.host import py_index
 from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Reduce, Store
 from fuse_all_ir.symbolic import size_hint
-from fuse_all_ir.vocabulary import compute_dtype, is_float, is_positional
+from fuse_all_ir.vocabulary import compute_dtype, is_float, is_positional, is_welford
+from fuse_all_ir.welford import two_pass_form
 
 from . import configs as cfgs
 from . import reductions as red
@@ -83,6 +84,8 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict | None = None, hints: dict
     index_dtype, guard = choose_index_dtype(kernel, hints)
     shape = options.choices.choose_kernel_shape(kernel, hints)
     mode = shape.kind
+    if mode == "persistent":   # the row is in registers: the variance's two passes read it once
+        kernel = two_pass_form(kernel)
     source = _Writer(kernel, dtypes, index_dtype, mode).render(kernel.name)
     source_int64 = None
     if guard is not None:   # sizes are symbolic: keep an int64 twin for sizes past 2**31
@@ -409,9 +412,13 @@ class _Writer:
         self.scopes.append({})
         self.r_prologue(self.used_vars("r", body), offset="roffset")
         inits, finals = [], []
+        welford_accs: dict[tuple, str] = {}   # (arg, mask) -> the group's accumulator prefix
         for st in body:
             if not isinstance(st, Reduce):
                 self.statement(st)
+                continue
+            if is_welford(st.op):
+                self.welford_update(st, welford_accs, inits, finals)
                 continue
             op, acc_dtype, code = self.reduced_input(st)
             shape = "[XBLOCK, RBLOCK]"
@@ -445,4 +452,37 @@ class _Writer:
         self.emit("for roffset in range(0, rnumel, RBLOCK):")
         self.lines += loop_lines
         for st, code in finals:
+            if st is None:                       # a Welford group: both statistics from one combine
+                acc, reduces = code
+                mean, m2 = self.new_name(), self.new_name()
+                self.emit(f"{mean}, {m2} = fa.welford_combine({acc}_mean, {acc}_m2, {acc}_w, 1)")
+                for r in reduces:
+                    stat = mean if r.op == "welford_mean" else m2
+                    self.values[r.name] = _Value(self.assign(f"{stat}[:, None]"), r.dtype, frozenset("x"))
+                continue
             self.values[st.name] = _Value(self.assign(code), st.dtype, frozenset("x"))
+
+    def welford_update(self, st: Reduce, accs: dict, inits: list, finals: list) -> None:
+        """One step of the lane's Welford accumulator (mean, M2, count) of `st`'s group; the group's first
+        Reduce creates it, the others share it. Lanes are combined after the loop by Chan's formula
+        (helpers.welford_combine)."""
+        key = (st.arg, st.mask)
+        if key in accs:
+            finals[accs[key]][1][1].append(st)
+            return
+        _, acc_dtype, x = self.reduced_input(st)
+        acc = self.new_name("_acc")
+        shape, tl_acc = "[XBLOCK, RBLOCK]", tl_type(acc_dtype)
+        inits += [f"{acc}_mean = tl.full({shape}, 0, {tl_acc})", f"{acc}_m2 = tl.full({shape}, 0, {tl_acc})",
+                  f"{acc}_w = tl.full({shape}, 0, {tl_acc})"]
+        mask = "rmask" if st.mask is None else f"(rmask & {self.values[st.mask].code})"
+        weight, delta, mean = self.new_name(), self.new_name(), self.new_name()
+        # masked lanes divide by a zero count: the where below drops that value
+        self.emit(f"{weight} = {acc}_w + 1")
+        self.emit(f"{delta} = {x} - {acc}_mean")
+        self.emit(f"{mean} = {acc}_mean + {delta} / {weight}")
+        self.emit(f"{acc}_m2 = tl.where({mask}, {acc}_m2 + {delta} * ({x} - {mean}), {acc}_m2)")
+        self.emit(f"{acc}_mean = tl.where({mask}, {mean}, {acc}_mean)")
+        self.emit(f"{acc}_w = tl.where({mask}, {weight}, {acc}_w)")
+        accs[key] = len(finals)
+        finals.append((None, (acc, [st])))

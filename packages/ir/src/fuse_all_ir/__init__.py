@@ -14,8 +14,9 @@ from .dtypes import UnsupportedDtype, dtype_name, torch_dtype
 from . import vocabulary
 from .vocabulary import (
     DTYPE_INFO, OP_INFO, REDUCTION_INFO, DType, DTypeClass, ExprKind, KernelKind, NodeKind, NonFinite, Op, OpResult,
-    ReductionOp, compute_dtype, dtype_class, is_float, is_positional, non_finite, reduction_identity,
+    ReductionOp, compute_dtype, dtype_class, is_float, is_positional, is_welford, non_finite, reduction_identity,
 )
+from .welford import has_welford, two_pass_form, welford_groups
 from .cache_dirs import (
     UnsafeDirectory, LockWaitAbandoned, atomic_write, cache_root, caches_disabled, check_private, exclusive_lock, make_private, private_dir,
     read_regular_file, sweep_stale_temps, temp_file, user_cache_dir,
@@ -39,7 +40,7 @@ from .symbolic import FloorDiv, ModularIndexing, rvar, size_symbol, xvar
 __all__ = [
     "__version__", "vocabulary", "DTYPE_INFO", "OP_INFO", "REDUCTION_INFO", "DType", "DTypeClass", "ExprKind",
     "KernelKind", "NodeKind", "NonFinite", "Op", "OpResult", "ReductionOp", "compute_dtype", "dtype_class", "is_float",
-    "is_positional", "non_finite", "reduction_identity", "FusionChoices", "KernelShape",
+    "is_positional", "is_welford", "has_welford", "two_pass_form", "welford_groups", "non_finite", "reduction_identity", "FusionChoices", "KernelShape",
     "TargetSpec", "TargetUnavailable", "get_target", "register_target", "registered_targets", "select_target",
     "target_names", "unregister_target", "Compiled", "lower", "lowered_ops", "format_kernel", "format_lowered", "format_program", "UnsupportedDtype", "dtype_name", "torch_dtype", "KernelTarget", "load_host_program",
     "HostProgramError", "unresolved_names", "SYMPY_FUNCTIONS", "UnsupportedSymbolic",

@@ -12,8 +12,10 @@ bad: one program per row. The split cuts the reduction space into `S` chunks:
   maxes, ...). The last one is the original kernel with every reduction phase replaced by its combined
   results, so it writes what the original wrote.
 
-A reduction phase that uses earlier Reduce results (the second pass of the corrected two-pass variance uses
-the mean of the first) reads them from the earlier final kernel's result buffer: the arithmetic is the
+A variance (welford_mean / welford_m2, issue 11) is one phase: each chunk stores its (mean, M2) of the
+row-shifted values and the final kernel combines them by Chan's formula (`_welford_combine`), so the
+input is read once. A reduction phase that uses earlier Reduce results reads them from the earlier final
+kernel's result buffer: the arithmetic is the
 original's, in the original order, only the summation is regrouped (partials of contiguous chunks of the
 flattened reduction space, as Inductor's split reductions do). 2 kernels per reduction phase instead of 1.
 Not split: phases that store per-element values (a softmax's last phase), argmax/argmin.
@@ -35,6 +37,8 @@ from .program import (Alloc, Compute, Const, Free, IndexValue, Kernel, KernelCal
                       Store, TensorSpec)
 from .symbolic import FloorDiv, ModularIndexing, rvar, xvar
 from .validate import validate_program, validation_requested
+from .vocabulary import is_welford
+from .welford import welford_groups
 
 # ~4 programs per SM of an H100/H200 (132 SMs): below this many column blocks the rows are split
 GPU_TARGET_PROGRAMS = 4 * 132
@@ -45,7 +49,9 @@ MIN_ROWS_PER_SPLIT = 256    # a chunk this long keeps the partials' traffic unde
 MIN_SPLIT_WORK = 1 << 16
 MIN_ELEMENTS_PER_ROW_SPLIT = 8192   # a chunk of a contiguous row: a few RBLOCK=2048 steps
 MAX_SPLITS = 128            # the final combine stays one persistent [XBLOCK, S] tile
-SPLITTABLE_OPS = ("sum", "prod", "max", "min", "any", "all")   # argmax/argmin would need index partials
+# argmax/argmin would need index partials; welford_mean/welford_m2 store (mean, M2) per chunk and the
+# final kernel combines them by Chan's formula (`_welford_combine`)
+SPLITTABLE_OPS = ("sum", "prod", "max", "min", "any", "all", "welford_mean", "welford_m2")
 FORCE_ENV = "FUSE_ALL_COLUMN_SPLITS"
 
 
@@ -223,17 +229,34 @@ def split_kernel(kernel: Kernel, splits: int, device: str):
                     mask = names()
                     body.append(Compute(mask, "logical_and", (s.mask, valid), "bool"))
                 s = dataclasses.replace(s, mask=mask)
+            if isinstance(s, Reduce) and is_welford(s.op):
+                if valid is not None:   # the tail chunk's points past the rows are not counted
+                    mask = valid
+                    if s.mask is not None:
+                        mask = names()
+                        body.append(Compute(mask, "logical_and", (s.mask, valid), "bool"))
+                    s = dataclasses.replace(s, mask=mask)
+            elif isinstance(s, Reduce) and valid is not None:
+                dtype = dtype_of[s.arg]
+                neutral, kept = names(), names()
+                body += [Const(neutral, _neutral(s.op, dtype), dtype),
+                         Compute(kept, "where", (valid, s.arg, neutral), dtype)]
+                s = dataclasses.replace(s, arg=kept)
             if isinstance(s, Reduce):
-                if valid is not None:
-                    dtype = dtype_of[s.arg]
-                    neutral, kept = names(), names()
-                    body += [Const(neutral, _neutral(s.op, dtype), dtype),
-                             Compute(kept, "where", (valid, s.arg, neutral), dtype)]
-                    s = dataclasses.replace(s, arg=kept)
                 buffer = f"{kernel.name}_part{j}_{len(reduces)}"
                 scratch[buffer] = spec(s.dtype, splits * columns)
                 reduces.append((s, buffer))
             body.append(s)
+        # the combine needs both statistics of every Welford group: add the one the phase lacks
+        for (arg, mask), group in welford_groups(body).items():
+            for stat in ("welford_mean", "welford_m2"):
+                if stat not in group:
+                    r = next(iter(group.values()))
+                    extra = Reduce(names(), stat, r.arg, r.dtype, r.mask)
+                    body.append(extra)
+                    buffer = f"{kernel.name}_part{j}_{len(reduces)}"
+                    scratch[buffer] = spec(r.dtype, splits * columns)
+                    reduces.append((extra, buffer))
         partials[phase] = reduces
         stores = [Store(buf, xvar(0) * columns + x_flat.xreplace(shift_x), r.name) for r, buf in reduces]
         loops = [*earlier(phase, shift_x, keep_stores=False), Loop(True, body), Loop(False, stores)]
@@ -245,11 +268,15 @@ def split_kernel(kernel: Kernel, splits: int, device: str):
         # final kernel: reduction over the S partials of each column
         combine = []
         for r, buf in reduces:
+            if is_welford(r.op):
+                continue
             loaded = names()
             combine += [Load(loaded, buf, rvar(0) * columns + x_flat, r.dtype),
                         Reduce(r.name, r.op, loaded, r.dtype)]
+        chunk_count = sympy.Max(0, sympy.Min(chunk, rows - rvar(0) * chunk)) if not exact else chunk
+        combine_loops = _welford_combine(combine, reduces, rvar(0) * columns + x_flat, chunk_count, names)
         if last:
-            loops = [*earlier(phase, {}, keep_stores=True), Loop(True, combine),
+            loops = [*earlier(phase, {}, keep_stores=True), *combine_loops,
                      *[Loop(False, list(loop.body)) for loop in k.loops[phase + 1:]]]
             name = kernel.name
         else:
@@ -260,13 +287,57 @@ def split_kernel(kernel: Kernel, splits: int, device: str):
                 stores.append(Store(results[r.name], x_flat, r.name))
             # the non-reduction loops before this phase may define values the stores do not need; only
             # the combine and the result stores are kept
-            loops = [Loop(True, combine), Loop(False, stores)]
+            loops = [*combine_loops, Loop(False, stores)]
             name = f"{kernel.name}_final{j}"
         inputs, outputs = _io(k, loops)
         kernels.append(_finish(dataclasses.replace(
             k, name=name, reduction=(sympy.Integer(splits),), loops=loops, inputs=inputs, outputs=outputs,
             tiling=None)))
     return kernels, scratch
+
+
+def _welford_combine(combine: list, reduces: list, index, chunk_count, names) -> list[Loop]:
+    """The final kernel's reduction phases: `combine` (the other partials) and, per Welford group, Chan's
+    combine of the chunks' (mean_s, M2_s) with n_s = `chunk_count` points each (an index expression of
+    the chunk r0: the tail chunk is shorter, chunks past the rows are empty and count nowhere):
+    around m0 = sum n_s mean_s / n, with d_s = mean_s - m0 and S = sum n_s d_s,
+    mean = m0 + S / n and M2 = sum M2_s + |sum n_s d_s^2 - S^2 / n| (the S terms remove m0's rounding).
+    The chunks are few (at most MAX_SPLITS): a second phase over them costs no memory traffic."""
+    groups = welford_groups([r for r, _ in reduces])
+    if not groups:
+        return [Loop(True, combine)]
+    buffer_of = {r.name: buf for r, buf in reduces}
+    first, means, second, finals = list(combine), [], [], []
+    for group in groups.values():
+        mean_r, m2_r = group["welford_mean"], group["welford_m2"]
+        dtype = mean_r.dtype
+        n_int, n_s, zero, has, raw_mean, mean_s = (names() for _ in range(6))
+        weighted, n_total, m_total, m0 = names(), names(), names(), names()
+        first += [IndexValue(n_int, chunk_count, "int64"), Compute(n_s, "cast", (n_int,), dtype),
+                  Const(zero, 0.0, dtype), Compute(has, "gt", (n_s, zero), "bool"),
+                  Load(raw_mean, buffer_of[mean_r.name], index, dtype),
+                  Compute(mean_s, "where", (has, raw_mean, zero), dtype),   # an empty chunk's mean is NaN
+                  Compute(weighted, "mul", (n_s, mean_s), dtype),
+                  Reduce(n_total, "sum", n_s, dtype), Reduce(m_total, "sum", weighted, dtype)]
+        means.append(Compute(m0, "truediv", (m_total, n_total), dtype))
+        n_int2, n_s2, zero2, has2, raw_mean2, raw_m2, m2_s, d_raw, d, nd, ndd = (names() for _ in range(11))
+        s_sum, q_sum, m2_sum = names(), names(), names()
+        second += [IndexValue(n_int2, chunk_count, "int64"), Compute(n_s2, "cast", (n_int2,), dtype),
+                   Const(zero2, 0.0, dtype), Compute(has2, "gt", (n_s2, zero2), "bool"),
+                   Load(raw_mean2, buffer_of[mean_r.name], index, dtype),
+                   Load(raw_m2, buffer_of[m2_r.name], index, dtype),
+                   Compute(m2_s, "where", (has2, raw_m2, zero2), dtype),
+                   Compute(d_raw, "sub", (raw_mean2, m0), dtype),
+                   Compute(d, "where", (has2, d_raw, zero2), dtype),
+                   Compute(nd, "mul", (n_s2, d), dtype), Compute(ndd, "mul", (nd, d), dtype),
+                   Reduce(s_sum, "sum", nd, dtype), Reduce(q_sum, "sum", ndd, dtype),
+                   Reduce(m2_sum, "sum", m2_s, dtype)]
+        shift, product, diff, spread = names(), names(), names(), names()
+        finals += [Compute(shift, "truediv", (s_sum, n_total), dtype),
+                   Compute(mean_r.name, "add", (m0, shift), dtype),
+                   Compute(product, "mul", (s_sum, shift), dtype), Compute(diff, "sub", (q_sum, product), dtype),
+                   Compute(spread, "abs", (diff,), dtype), Compute(m2_r.name, "add", (m2_sum, spread), dtype)]
+    return [Loop(True, first), Loop(False, means), Loop(True, second), Loop(False, finals)]
 
 
 def _finish(kernel: Kernel) -> Kernel:

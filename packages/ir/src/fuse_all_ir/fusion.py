@@ -84,7 +84,7 @@ class FusionPass:
         candidates = []
         # in graph order: `reads` is a set of names, whose order changes with PYTHONHASHSEED, and ties of
         # the candidate order would then fuse differently in every process
-        for r in sorted(node.reads, key=self.position.__getitem__):
+        for r in sorted(node.reads | set(node.fuse_with), key=self.position.__getitem__):
             g = self.group_of.get(r)
             if g is not None and all(g is not c for c in candidates):
                 candidates.append(g)

@@ -7,7 +7,7 @@ import torch
 from . import dtypes
 from .lowering import Unsupported, lowers, sym
 from .lowerings_pointwise import cast, operand_loader, out_dtype, pointwise
-from .nodes import Value, const, op
+from .nodes import Value, const, index_value, mask_loads, op
 from .vocabulary import compute_dtype as _acc_dtype
 from .vocabulary import is_positional, reduction_identity, reduction_info
 
@@ -204,34 +204,41 @@ def _layer_norm(g, x, normalized_shape, weight, bias, eps):
 
 
 def _var_mean_values(g, xf: Value, dims, acc, correction=0):
-    """Variance and mean over `dims`, both with the reduced dims kept (size 1), by the corrected two-pass
-    algorithm (Chan, Golub, LeVeque): m = sum(x) / n, then in one pass S = sum(x - m), Q = sum((x - m)^2);
-    mean = m + S / n, var = (Q - S^2 / n) / (n - correction).
-
-    Like eager's Welford and unlike sum / n alone, a constant row gets exactly its value as mean (sum / n
-    of n equal values is not exact, and layer_norm multiplies that error by 1/sqrt(eps)); S also removes
-    the first pass's rounding from the variance. S is a second accumulator in the pass that already runs,
-    no extra read."""
+    """Variance and mean over `dims`, both with the reduced dims kept (size 1), from the one-pass
+    reductions ``welford_mean`` and ``welford_m2`` (M2 = sum of squared deviations from the mean):
+    var = M2 / max(n - correction, 0). Both reduce the same values, so they fuse into one reduction phase
+    that reads `xf` once; each codegen computes them by Welford with Chan's combine where it streams the
+    row, or by the corrected two-pass algorithm where the row is held (`welford.two_pass_form`). Like
+    eager's Welford, a constant row gets exactly its value as mean (layer_norm multiplies a mean's error by
+    1/sqrt(eps))."""
     count = sympy.Mul(*[xf.size[d] for d in dims]) if xf.ndim else sympy.Integer(1)
-    first_mean = _divide(reduce(g, xf, dims, "sum", True, acc), count, acc)
-    first_mean_load = operand_loader(first_mean, xf.size, acc)
-
-    def centered(i):
-        return op("sub", (xf.loader(i), first_mean_load(i)), acc)
-    centered_sum = reduce(g, Value(xf.size, acc, centered), dims, "sum", True, acc)
-    squares = reduce(g, Value(xf.size, acc, lambda i: op("mul", (centered(i), centered(i)), acc)),
-                     dims, "sum", True, acc)
-    mean_correction = _divide(centered_sum, count, acc)
-    mean = Value(first_mean.size, acc,
-                 lambda i: op("add", (first_mean.loader(i), mean_correction.loader(i)), acc))
-
-    def corrected_squares(i):
-        s = centered_sum.loader(i)
-        q = op("sub", (squares.loader(i), op("mul", (s, mean_correction.loader(i)), acc)), acc)
-        # Q >= S^2 / n in exact arithmetic; rounding can leave -tiny (a constant row): |q| is as close and
-        # stays hoistable out of the element loop (a NaN-propagating max is not, 3x slower for short rows)
-        return op("abs", (q,), acc)
-    var = _divide(Value(squares.size, acc, corrected_squares), sympy.Max(count - sym(correction), 0), acc)
+    if xf.ndim == 0 or all(xf.size[d] == 1 for d in dims):
+        # one element: the mean is it, M2 is (x - x)^2 (0, NaN for inf and NaN as eager)
+        def deviation(i):
+            x = xf.loader(i)
+            return op("mul", (op("sub", (x, x), acc), op("sub", (x, x), acc)), acc)
+        mean, squares = xf, Value(xf.size, acc, deviation)
+    elif any(xf.size[d] == 0 for d in dims):
+        size = tuple(sympy.Integer(1) if d in dims else n for d, n in enumerate(xf.size))
+        mean = Value(size, acc, lambda i: const(float("nan"), acc))
+        squares = Value(size, acc, lambda i: const(0.0, acc))
+    else:
+        # the statistics of x - x[first point of the row]: a float32 running mean of values around 1e4
+        # rounds every step to 1e-3 (Welford's error would grow 100x past the two-pass algorithm's); the
+        # shifted values stay near 0, and so does every partial mean a split stores
+        def first_of_row(i):
+            e = xf.loader([sympy.Integer(0) if d in dims else i[d] for d in range(xf.ndim)])
+            if not count.is_number:   # a row of symbolic length may be empty: no read then
+                e = mask_loads(e, index_value(sympy.StrictGreaterThan(count, 0), "bool"))
+            return e
+        shifted = Value(xf.size, acc, lambda i: op("sub", (xf.loader(i), first_of_row(i)), acc))
+        shifted_mean = g.reduction(shifted, dims, "welford_mean", acc, True)
+        mean_node = next(reversed(g.nodes))
+        squares = g.reduction(shifted, dims, "welford_m2", acc, True)
+        g.nodes[next(reversed(g.nodes))].fuse_with = (mean_node,)
+        mean = Value(shifted_mean.size, acc,
+                     lambda i: op("add", (shifted_mean.loader(i), first_of_row(i)), acc))
+    var = _divide(squares, sympy.Max(count - sym(correction), 0), acc)
     return var, mean
 
 

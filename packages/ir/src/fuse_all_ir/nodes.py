@@ -130,6 +130,9 @@ class Node:
     origins: tuple = ()
     extern: Optional[object] = None    # ExternCall for extern nodes (shared by all outputs of one call)
     reads: set = field(default_factory=set)   # names of buffers this node's expression loads
+    # nodes whose kernel this one joins when legal although it reads none of them: the statistics of one
+    # variance (welford_m2 beside welford_mean of the same values share one accumulator and one read)
+    fuse_with: tuple = ()
 
     @property
     def is_compute(self) -> bool:

@@ -75,7 +75,8 @@ def _stmt_text(s) -> str:
     if isinstance(s, Compute):
         return f"{s.name}: {s.dtype} = {s.op}({', '.join(s.args)})"
     if isinstance(s, Reduce):
-        return f"{s.name}: {s.dtype} = reduce_{s.op}({s.arg})"
+        mask = f" where {s.mask}" if s.mask else ""
+        return f"{s.name}: {s.dtype} = reduce_{s.op}({s.arg}){mask}"
     if isinstance(s, Store):
         return f"{s.buffer}[{s.index}] = {s.value}"
     return repr(s)

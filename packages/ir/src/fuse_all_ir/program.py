@@ -51,6 +51,8 @@ OP_ARITY = {o: info.arity for o, info in vocabulary.OP_INFO.items()}
 
 # Reductions. max/min propagate NaN; argmax/argmin give the int64 position in the flattened (row-major)
 # reduction space of the first extreme value (NaN counts as the extreme, like torch); any/all take bool.
+# welford_mean/welford_m2 are the mean and the sum of squared deviations from it (M2 = n * biased var) of
+# their argument (NaN mean over no element); reduces of both on one argument share one accumulator.
 REDUCTION_OPS = tuple(vocabulary.ReductionOp)
 
 
@@ -107,6 +109,9 @@ class Reduce:
     op: ReductionOp
     arg: str
     dtype: DType
+    # welford_mean/welford_m2 only: a bool value; points where it is False are not counted (the tail chunk
+    # of a split reduction). Other reductions mask with a `where` to their identity instead.
+    mask: str | None = None
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,11 @@ def validate_kernel(kernel: Kernel, program: Program | None = None) -> None:
                     fail(f"{where}: {stmt.op} takes {' or '.join(sorted(info.takes))} values, not {arg_dtype}")
                 if expected is None and arg_dtype != stmt.dtype:
                     fail(f"{where}: {stmt.op} of a {arg_dtype} value declared {stmt.dtype}")
+                if stmt.mask is not None:
+                    if not info.welford:
+                        fail(f"{where}: only welford reductions take a mask, not {stmt.op}")
+                    if use(stmt.mask, where) != "bool":
+                        fail(f"{where}: mask {stmt.mask!r} is not bool")
             elif not isinstance(stmt, Const):
                 fail(f"{where}: unknown statement {stmt!r}")
             dtype_of[stmt.name] = stmt.dtype

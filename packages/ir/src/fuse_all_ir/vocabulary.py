@@ -278,6 +278,11 @@ class ReductionOp(_Name):
     ARGMIN = "argmin"
     ANY = "any"
     ALL = "all"
+    # one-pass variance (Welford, combined by Chan's formula): the mean of the values and the sum of their
+    # squared deviations from it (M2). Reduces of both on one argument (and mask) share one accumulator;
+    # see welford.py
+    WELFORD_MEAN = "welford_mean"
+    WELFORD_M2 = "welford_m2"
 
 
 @dataclass(frozen=True)
@@ -289,6 +294,7 @@ class ReductionInfo:
     extreme: ReductionOp | None = None
     on_bool: ReductionOp | None = None   # the same reduction when argument and result are bool (max -> any)
     empty_is_identity: bool = False      # over no element the result is the identity (eager refuses max/min)
+    welford: bool = False                # a statistic of the one-pass variance (may carry a `Reduce.mask`)
 
     @property
     def positional(self) -> bool:
@@ -305,6 +311,9 @@ REDUCTION_INFO: MappingProxyType = MappingProxyType({
     ReductionOp.ARGMIN: ReductionInfo(DType.INT64, frozenset((F, I)), extreme=ReductionOp.MIN),
     ReductionOp.ANY: ReductionInfo(DType.BOOL, frozenset((B,)), empty_is_identity=True),
     ReductionOp.ALL: ReductionInfo(DType.BOOL, frozenset((B,)), empty_is_identity=True),
+    # the lowering computes variance in floating point (var of integer tensors is refused by torch)
+    ReductionOp.WELFORD_MEAN: ReductionInfo(None, frozenset((F,)), welford=True),
+    ReductionOp.WELFORD_M2: ReductionInfo(None, frozenset((F,)), welford=True),
 })
 assert set(REDUCTION_INFO) == set(ReductionOp)
 
@@ -325,6 +334,11 @@ def is_positional(name) -> bool:
     return REDUCTION_INFO[reduction(name)].positional
 
 
+def is_welford(name) -> bool:
+    """welford_mean/welford_m2: statistics of one accumulator (mean, M2, count) per argument."""
+    return REDUCTION_INFO[reduction(name)].welford
+
+
 def reduction_result_dtype(name, arg_dtype) -> DType:
     return reduction_info(name).result or dtype(arg_dtype)
 
@@ -337,7 +351,9 @@ def bool_form(name, arg_dtype, result_dtype) -> ReductionOp:
     return reduction(name)
 
 
-_IDENTITY = {ReductionOp.SUM: 0, ReductionOp.PROD: 1, ReductionOp.ANY: False, ReductionOp.ALL: True}
+_IDENTITY = {ReductionOp.SUM: 0, ReductionOp.PROD: 1, ReductionOp.ANY: False, ReductionOp.ALL: True,
+             # where a Welford accumulator starts (count 0); over no element the mean is NaN (0 / 0)
+             ReductionOp.WELFORD_MEAN: 0, ReductionOp.WELFORD_M2: 0}
 
 
 def reduction_identity(name, dtype_name):
