@@ -98,7 +98,7 @@ def test_a_target_limit_on_kernel_size_is_a_reason(nonzero):
 
 
 def test_the_kernel_shape_hook_answers_per_kernel(nonzero):
-    program = lower(lambda x: (x.sin(), x.sum(1)), nonzero(8, 16)).program
+    program = lower(lambda x: (x.sin(), x.sum(0)), nonzero(8, 16)).program   # no one space: 2 kernels
     shapes = sorted(ir.FusionChoices().choose_kernel_shape(k).kind for k in program.kernels.values())
     assert shapes == ["pointwise", "reduction"]
 

@@ -45,6 +45,8 @@ class Group:
     outer: tuple
     reduction: tuple = ()
     members: list = field(default_factory=list)   # Nodes in topological order
+    # why kernels that share no data dependence were merged into this one (sibling fusion), for the report
+    sibling_notes: list = field(default_factory=list)
 
     @property
     def names(self) -> set:

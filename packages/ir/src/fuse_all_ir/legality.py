@@ -8,6 +8,13 @@ computes? Three checks, in order, each with the reason the fusion report shows w
 3. the kernel builds: `KernelBuilder` can wire every value (a reduction result read at another row, or a
    strided view of an in-kernel value, raise `IllegalFusion` with the reason).
 
+Sibling (horizontal) fusion merges two kernels that share no data dependence, typically because they read
+the same buffers (BatchNorm backward's sum(grad) and sum(grad * (x - mean))): `check_sibling_fusion`,
+with the same three checks -- one iteration space (equal pointwise spaces, equal outer and reduction
+ranges, or a pointwise kernel over a reduction kernel's full or outer space), no dependence path between
+the two kernels through any other kernel or ATen call (`depends_on`: the merged kernel could not run
+before or after that other step), and the merged kernel builds.
+
 Whether a legal fusion *pays* is for `choices.FusionChoices` (and a target's subclass) to say.
 """
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .kernelgen import Group, IllegalFusion, KernelBuilder, iteration_ranges
+from .kernelgen import Group, IllegalFusion, KernelBuilder, _same, iteration_ranges
 from .nodes import Node
 from .program import Kernel
 
@@ -48,6 +55,40 @@ def check_fusion(group: Group, node: Node, nodes: dict, unit_of: Callable[[str],
         return Verdict("fusing would create a cycle through another kernel or ATen call")
     try:
         kernel = KernelBuilder(merged, nodes, merged.names, "probe").build(tile=False)
+    except IllegalFusion as exc:
+        return Verdict(str(exc))
+    return Verdict(None, merged, kernel)
+
+
+def merge_siblings(first: Group, second: Group, position: Callable[[str], int]) -> Group | None:
+    """The group running both sibling groups' members in one kernel, or None when no one iteration space
+    holds them. Members stay in graph (topological) order."""
+    base, other = (second, first) if second.reduction and not first.reduction else (first, second)
+    if other.reduction:     # both reduce: the same outer points and the same reduction range
+        if not (_same(base.outer, other.outer) and _same(base.reduction, other.reduction)):
+            return None
+    elif not base.reduction:
+        if not _same(base.outer, other.outer):
+            return None
+    elif any(base.space_of(m) not in ("red", "scalar") for m in other.members):
+        return None     # a pointwise kernel joins a reduction over its full space or its outer points
+    members = sorted(base.members + other.members, key=lambda m: position(m.name))
+    return Group(base.outer, base.reduction, members, base.sibling_notes + other.sibling_notes)
+
+
+def check_sibling_fusion(first: Group, second: Group, nodes: dict, stored: set,
+                         position: Callable[[str], int], depends_on: Callable[[Group, Group], bool]) -> Verdict:
+    """Whether the kernels of `first` and `second` may become one. `stored`: the node names that must reach
+    memory (read outside their kernel, or graph outputs); `depends_on(a, b)`: whether `a` reads, through
+    any chain of kernels and ATen calls, something `b` computes."""
+    merged = merge_siblings(first, second, position)
+    if merged is None:
+        return Verdict(f"different iteration spaces: {format_space(first.outer, first.reduction)} vs "
+                       f"{format_space(second.outer, second.reduction)}")
+    if depends_on(first, second) or depends_on(second, first):
+        return Verdict("one kernel depends on the other through another kernel or ATen call")
+    try:
+        kernel = KernelBuilder(merged, nodes, stored & merged.names, "probe").build(tile=False)
     except IllegalFusion as exc:
         return Verdict(str(exc))
     return Verdict(None, merged, kernel)
