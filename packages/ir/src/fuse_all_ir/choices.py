@@ -105,30 +105,31 @@ class FusionChoices:
         if len(kernel.inputs) > self.max_kernel_inputs:
             return f"merged kernel would read {len(kernel.inputs)} buffers (limit {self.max_kernel_inputs})"
         size_hints = size_hints or {}
-        if self.stops_split_reduction(first, second, kernel, size_hints):
-            return "the reduction is split over the GPU's programs, which per-element stores would prevent"
+        lost = self.split_would_be_lost(kernel, size_hints)
+        if lost is not None:
+            return lost
         return self.veto_sibling_fusion(first, second, kernel, size_hints)
 
     def veto_sibling_fusion(self, first, second, kernel, size_hints: dict) -> str | None:
         """The target's hook for sibling fusions: a reason to keep two legal siblings apart, or None."""
         return None
 
-    def stops_split_reduction(self, first, second, kernel, size_hints: dict) -> bool:
-        """Where the target splits long reductions over programs (`split_reductions`), a pointwise kernel
-        joining a reduction over its full space would store per-element values in the reduction phase,
-        which the split cannot cut (`column_split.splittable`): True when the reduction alone would be
-        split (or splits are forced, FUSE_ALL_COLUMN_SPLITS)."""
-        reducing, other = (first, second) if first.reduction else (second, first)
-        if not self.split_reductions or not reducing.reduction or other.reduction:
-            return False
-        if not any(reducing.space_of(m) == "red" for m in other.members):
-            return False
-        from .column_split import FORCE_ENV, choose_column_splits, choose_row_splits
-        if os.environ.get(FORCE_ENV):
-            return True
+    def split_would_be_lost(self, kernel, size_hints: dict) -> str | None:
+        """Where the target splits long reductions over programs (`split_reductions`, column_split.py), the
+        reason to keep a fusion apart that leaves `kernel` unsplittable (per-element stores in a reduction
+        phase: a pointwise node over the reduction's full space) when its reduction would be split (or
+        splits are forced, FUSE_ALL_COLUMN_SPLITS); else None."""
+        if not self.split_reductions or not kernel.reduction:
+            return None
+        from .column_split import FORCE_ENV, choose_column_splits, choose_row_splits, splittable
+        if splittable(kernel) is None:
+            return None
         outer = size_hint(sympy.Mul(*kernel.outer), size_hints, 1024)
         rnumel = size_hint(sympy.Mul(*kernel.reduction), size_hints, 1024)
-        return max(choose_column_splits(outer, rnumel), choose_row_splits(outer, rnumel)) > 1
+        if os.environ.get(FORCE_ENV) or max(choose_column_splits(outer, rnumel),
+                                            choose_row_splits(outer, rnumel)) > 1:
+            return "the reduction is split over the GPU's programs, which per-element stores would prevent"
+        return None
 
     # ---- kernel shapes ----------------------------------------------------------------------------------
     def choose_kernel_shape(self, kernel, size_hints: dict | None = None) -> KernelShape:

@@ -98,6 +98,7 @@ class FusionPass:
             reason, merged = self._try(group, node)
             if reason is None:
                 group.outer, group.reduction, group.members = merged.outer, merged.reduction, merged.members
+                group.full_vars = merged.full_vars
                 return group
             for producer in group.members:
                 if producer.name in node.reads:
@@ -112,6 +113,12 @@ class FusionPass:
         verdict = check_fusion(group, node, self.nodes, self._unit)
         if not verdict.legal:
             return verdict.reason, None
+        if verdict.merged.full_vars is not None and group.full_vars is None:
+            # a pointwise node over the reduction's space in another order: its per-element stores would
+            # stop a target that splits long reductions from splitting this one
+            lost = self.choices.split_would_be_lost(verdict.kernel, self.lowered.size_hints)
+            if lost is not None:
+                return lost, None
         return self.choices.should_fuse(group, node, verdict.kernel), verdict.merged
 
     def _unit(self, name: str):

@@ -2,7 +2,8 @@
 computes? Three checks, in order, each with the reason the fusion report shows when it fails:
 
 1. iteration spaces: the node runs over the group's space (equal, or the group's outer x reduction
-   space, or a pointwise group that becomes the outer space of the node's reduction) (`Group.space_of`);
+   space, or a pointwise group that becomes the outer space of the node's reduction) (`Group.space_of`),
+   also when the pointwise side walks that space in another order of dims (`full_space.permuted_join`);
 2. no cycle: no dependency of the node outside the group itself depends on the group (else neither
    kernel could run first);
 3. the kernel builds: `KernelBuilder` can wire every value (a reduction result read at another row, or a
@@ -22,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .full_space import permuted_join
 from .kernelgen import Group, IllegalFusion, KernelBuilder, _same, iteration_ranges
 from .nodes import Node
 from .program import Kernel
@@ -43,14 +45,17 @@ def check_fusion(group: Group, node: Node, nodes: dict, unit_of: Callable[[str],
     node already belongs to, else the name itself (inputs, ATen calls, nodes not placed yet)."""
     space = group.space_of(node)
     if space is None:
+        merged = permuted_join(group, node)
+        if merged is None:
+            outer, red = iteration_ranges(node)
+            return Verdict(f"different iteration spaces: {format_space(outer, red)} vs "
+                           f"{format_space(group.outer, group.reduction)}")
+    elif space == "regroup":
         outer, red = iteration_ranges(node)
-        return Verdict(f"different iteration spaces: {format_space(outer, red)} vs "
-                       f"{format_space(group.outer, group.reduction)}")
-    if space == "regroup":
-        outer, red = iteration_ranges(node)
-        merged = Group(outer, red, group.members + [node])
+        merged = Group(outer, red, group.members + [node], list(group.sibling_notes))
     else:
-        merged = Group(group.outer, group.reduction, group.members + [node])
+        merged = Group(group.outer, group.reduction, group.members + [node], list(group.sibling_notes),
+                       group.full_vars)
     if creates_cycle(group, node, nodes, unit_of):
         return Verdict("fusing would create a cycle through another kernel or ATen call")
     try:
@@ -72,8 +77,14 @@ def merge_siblings(first: Group, second: Group, position: Callable[[str], int]) 
             return None
     elif any(base.space_of(m) not in ("red", "scalar") for m in other.members):
         return None     # a pointwise kernel joins a reduction over its full space or its outer points
+    if base.full_vars is not None and other.full_vars is not None and base.full_vars != other.full_vars:
+        return None     # both reductions walk their pointwise members in different orders
     members = sorted(base.members + other.members, key=lambda m: position(m.name))
-    return Group(base.outer, base.reduction, members, base.sibling_notes + other.sibling_notes)
+    merged = Group(base.outer, base.reduction, members, base.sibling_notes + other.sibling_notes,
+                   base.full_vars if base.full_vars is not None else other.full_vars)
+    if any(m.kind != "reduction" and merged.space_of(m) is None for m in members):
+        return None     # pointwise members walking the full space in two orders
+    return merged
 
 
 def check_sibling_fusion(first: Group, second: Group, nodes: dict, stored: set,

@@ -3,9 +3,12 @@
 After producer -> consumer fusion, two kernels with no data dependence between them can still run as one:
 kernels reading the same buffers over one iteration space (BatchNorm backward's sum(grad) and
 sum(grad * (x - mean)), LayerNorm backward's weight and bias sums, the gradients of a residual's two
-branches) then read them once, and either way one launch goes. Candidates are pairs of kernels that read a
-common buffer, the pairs reading the most bytes in common first, then pairs of small kernels over one
-space (launch-bound). Legality is `legality.check_sibling_fusion`; whether it pays is
+branches) then read them once, and either way one launch goes. The same step merges a kernel with one
+that reads its buffers directly when producer -> consumer fusion left them apart (the consumer joined
+another producer first: BatchNorm backward's sums join the ReLU backward's kernel, and `x - mean`, which
+they read too, stays behind): legal when no path leads from one to the other through a third kernel or
+ATen call. Candidates are pairs of kernels that read a common buffer or one another's, the pairs with the
+most such bytes first, then pairs of small kernels over one space (launch-bound). Legality is `legality.check_sibling_fusion`; whether it pays is
 `FusionChoices.should_fuse_siblings` (a target's veto included). Every fusion is noted on the merged group
 (the report's "why") and every candidate sharing reads that stays apart gets its reason.
 
@@ -95,6 +98,7 @@ class SiblingFusion:
 
         for u, unit in enumerate(self.units):
             unit.ancestors = ancestors(u)
+        self.deps = reads
 
     def _add_unit(self, group, names) -> int:
         index = len(self.units)
@@ -114,11 +118,24 @@ class SiblingFusion:
         return self.find(self.unit_of[group.members[0].name])
 
     def depends_on(self, a: Group, b: Group) -> bool:
-        return bool(self.units[self._index_of(a)].ancestors & self.units[self._index_of(b)].bit)
+        """`a` reads something `b` computes through another kernel or ATen call (a direct read is no
+        obstacle: the merged kernel computes it in place)."""
+        ia, ib = self._index_of(a), self._index_of(b)
+        bits = self.units[ib].bit
+        for d in {self.find(d) for d in self.deps[ia]}:
+            if d != ib and d != ia and self.units[d].ancestors & bits:
+                return True
+        return False
+
+    def reads_directly(self, a: Group, b: Group) -> bool:
+        ib = self._index_of(b)
+        return any(self.find(d) == ib for d in self.deps[self._index_of(a)])
 
     def _merge(self, a: int, b: int, merged: Group) -> None:
         ua, ub = self.units[a], self.units[b]
-        ua.group, ua.bit, ua.ancestors = merged, ua.bit | ub.bit, ua.ancestors | ub.ancestors
+        ua.group, ua.bit = merged, ua.bit | ub.bit
+        ua.ancestors = (ua.ancestors | ub.ancestors) & ~ua.bit
+        self.deps[a] = {d for d in self.deps[a] | self.deps[b] if self.find(d) not in (a, b)}
         self.parent[b] = a
         for u, unit in enumerate(self.units):   # what depended on either half depends on the whole
             if self.parent[u] == u and u != a and unit.ancestors & ua.bit:
@@ -159,6 +176,11 @@ class SiblingFusion:
             for i, a in enumerate(us):
                 for b in us[i + 1:i + 1 + MAX_READERS_PAIRED]:
                     shared[(a, b)] = shared.get((a, b), 0) + self._bytes(name)
+            producer = self.unit_of.get(name)      # a kernel's buffer read by another kernel directly
+            if producer is not None and self.units[producer].group is not None:
+                for b in us[:MAX_READERS_PAIRED]:
+                    key = (min(producer, b), max(producer, b))
+                    shared[key] = shared.get(key, 0) + self._bytes(name)
         pairs = [(score, a, b) for (a, b), score in shared.items()]
         by_space: dict = {}
         for u, unit in enumerate(self.units):
@@ -185,6 +207,8 @@ class SiblingFusion:
             if reason is None:
                 numel = max(self._numel(first), self._numel(second))
                 reason = self.choices.should_fuse_siblings(first, second, verdict.kernel, score, numel, self.hints)
+            if reason is None:
+                reason = self._target_veto(first, second, verdict.kernel)
             if reason is not None:
                 if score > 0 and not reason.startswith("different iteration spaces"):
                     self.rejected.append({"first": [m.name for m in first.members],
@@ -199,15 +223,37 @@ class SiblingFusion:
         return [self.units[u].group for u in range(len(self.units))
                 if self.parent[u] == u and self.units[u].group is not None]
 
+    def _target_veto(self, first: Group, second: Group, kernel) -> str | None:
+        """A kernel reading the other's buffers directly: each such consumer node is a producer -> consumer
+        fusion too, so the target's `veto_fusion` has its say on it."""
+        for producer, consumer in ((first, second), (second, first)):
+            names = producer.names
+            for node in consumer.members:
+                if node.reads & names:
+                    reason = self.choices.veto_fusion(producer, node, kernel)
+                    if reason is not None:
+                        return reason
+        return None
+
     def _note(self, first: Group, second: Group, score: int) -> str:
         def names(g):
             shown = [m.name for m in g.members]
             return ", ".join(shown[:4]) + (f" (+{len(shown) - 4})" if len(shown) > 4 else "")
-        if score > 0:
-            common = sorted(self._memory_reads(first) & self._memory_reads(second),
-                            key=self.fusion.position.__getitem__)
-            why = f"both read {', '.join(common[:4])}" + (f" (+{len(common) - 4})" if len(common) > 4 else "")
-            why += f" ({score} bytes read once)"
+        def listed(buffers):
+            buffers = sorted(buffers, key=self.fusion.position.__getitem__)
+            return ", ".join(buffers[:4]) + (f" (+{len(buffers) - 4})" if len(buffers) > 4 else "")
+        producer, consumer = (second, first) if self._memory_reads(first) & second.names else (first, second)
+        direct = self._memory_reads(consumer) & producer.names
+        common = self._memory_reads(first) & self._memory_reads(second)
+        if direct:
+            relation = f"[{names(consumer)}] reads {listed(direct)} of [{names(producer)}] directly (no path " \
+                       "through another kernel or ATen call)"
+        else:
+            relation = f"siblings [{names(first)}] and [{names(second)}] share no data dependence"
+        if common:
+            why = f"both read {listed(common)} ({score} bytes read once)"
+        elif direct:
+            why = f"{score} bytes no longer read back"
         else:
             why = f"both small ({max(self._numel(first), self._numel(second))} points): one launch"
-        return f"siblings [{names(first)}] and [{names(second)}] share no data dependence, {why}"
+        return f"{relation}, {why}"
