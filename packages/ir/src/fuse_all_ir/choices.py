@@ -124,10 +124,11 @@ class FusionChoices:
         from .column_split import FORCE_ENV, choose_column_splits, choose_row_splits, splittable
         if splittable(kernel) is None:
             return None
+        from .tiling import is_column_reduction
         outer = size_hint(sympy.Mul(*kernel.outer), size_hints, 1024)
         rnumel = size_hint(sympy.Mul(*kernel.reduction), size_hints, 1024)
-        if os.environ.get(FORCE_ENV) or max(choose_column_splits(outer, rnumel),
-                                            choose_row_splits(outer, rnumel)) > 1:
+        choose = choose_column_splits if is_column_reduction(kernel) else choose_row_splits
+        if os.environ.get(FORCE_ENV) or choose(outer, rnumel) > 1:
             return "the reduction is split over the GPU's programs, which per-element stores would prevent"
         return None
 
