@@ -84,15 +84,17 @@ class FusionChoices:
 
     # ---- sibling fusion ---------------------------------------------------------------------------------
     def should_fuse_siblings(self, first, second, kernel, shared_bytes: int, numel: int,
-                             size_hints: dict | None = None) -> str | None:
+                             size_hints: dict | None = None, feed_one_reader: bool = False) -> str | None:
         """None to run the sibling groups `first` and `second` (no dependence between them; `kernel`: the
         legal kernel they make together) as one kernel, else the reason not to. It pays when they read
-        common buffers (`shared_bytes`: their size, read once instead of twice) or both are small
-        (`numel`: the larger one's points, at the size hints) and so launch-bound. Then the limits, then
+        common buffers (`shared_bytes`: their size, read once instead of twice, or read back when one reads
+        the other's), when both are small (`numel`: the larger one's points, at the size hints) and so
+        launch-bound, or when one kernel or ATen call reads both (`feed_one_reader`: their results are
+        needed at once, so merging saves a launch and keeps no buffer alive longer). Then the limits, then
         the target's `veto_sibling_fusion`."""
         if not self.sibling_fusion:
             return "the target does not fuse siblings"
-        if shared_bytes <= 0 and numel > self.small_kernel_numel:
+        if shared_bytes <= 0 and numel > self.small_kernel_numel and not feed_one_reader:
             return f"no shared reads and not small ({numel} points > {self.small_kernel_numel})"
         members = len(first.members) + len(second.members)
         if members > self.max_group_members:

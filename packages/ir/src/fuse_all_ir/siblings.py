@@ -8,7 +8,9 @@ that reads its buffers directly when producer -> consumer fusion left them apart
 another producer first: BatchNorm backward's sums join the ReLU backward's kernel, and `x - mean`, which
 they read too, stays behind): legal when no path leads from one to the other through a third kernel or
 ATen call. Candidates are pairs of kernels that read a common buffer or one another's, the pairs with the
-most such bytes first, then pairs of small kernels over one space (launch-bound). Legality is `legality.check_sibling_fusion`; whether it pays is
+most such bytes first, then pairs of small kernels over one space (launch-bound) and pairs of kernels one
+kernel or ATen call reads together (their results are needed at the same moment: one launch fewer, no
+buffer lives longer). Legality is `legality.check_sibling_fusion`; whether it pays is
 `FusionChoices.should_fuse_siblings` (a target's veto included). Every fusion is noted on the merged group
 (the report's "why") and every candidate sharing reads that stays apart gets its reason.
 
@@ -49,6 +51,7 @@ class SiblingFusion:
         self._build_units()
         self.stored = self._stored_names()
         self.rejected: list[dict] = []
+        self.feeding_together: dict[tuple, int] = {}   # (a, b) -> a unit that reads both
 
     # ---- dependence ------------------------------------------------------------------------------------
     def _build_units(self) -> None:
@@ -189,6 +192,13 @@ class SiblingFusion:
                 by_space.setdefault((str(g.outer), str(g.reduction)), []).append(u)
         for us in by_space.values():
             pairs += [(0, a, b) for a, b in itertools.pairwise(us) if (a, b) not in shared]
+        # kernels whose buffers one kernel or ATen call reads together: needed at the same moment anyway
+        for u in range(len(self.units)):
+            producers = sorted(d for d in self.deps[u] if self.units[d].group is not None)
+            for a, b in itertools.pairwise(producers):
+                if (a, b) not in shared:
+                    self.feeding_together.setdefault((a, b), u)
+        pairs += [(0, a, b) for (a, b) in self.feeding_together if (0, a, b) not in pairs]
         return sorted(pairs, key=lambda p: (-p[0], p[1], p[2]))
 
     # ---- the pass --------------------------------------------------------------------------------------
@@ -196,17 +206,19 @@ class SiblingFusion:
         if not self.choices.sibling_fusion:
             return self.groups
         position = self.fusion.position.__getitem__
-        for score, a, b in self._candidates():
-            a, b = self.find(a), self.find(b)
+        for score, a0, b0 in self._candidates():
+            a, b = self.find(a0), self.find(b0)
             if a == b:
                 continue
+            reader = self.feeding_together.get((a0, b0))
             first, second = sorted((self.units[a].group, self.units[b].group),
                                    key=lambda g: position(g.members[0].name))
             verdict = check_sibling_fusion(first, second, self.nodes, self.stored, position, self.depends_on)
             reason = verdict.reason
             if reason is None:
                 numel = max(self._numel(first), self._numel(second))
-                reason = self.choices.should_fuse_siblings(first, second, verdict.kernel, score, numel, self.hints)
+                reason = self.choices.should_fuse_siblings(first, second, verdict.kernel, score, numel, self.hints,
+                                                           feed_one_reader=reader is not None)
             if reason is None:
                 reason = self._target_veto(first, second, verdict.kernel)
             if reason is not None:
@@ -215,7 +227,7 @@ class SiblingFusion:
                                           "second": [m.name for m in second.members], "reason": reason})
                 continue
             merged = verdict.merged
-            merged.sibling_notes.append(self._note(first, second, score))
+            merged.sibling_notes.append(self._note(first, second, score, reader))
             keep, drop = (a, b) if self.units[a].group is first else (b, a)
             self._merge(keep, drop, merged)
             for m in merged.members:
@@ -235,7 +247,7 @@ class SiblingFusion:
                         return reason
         return None
 
-    def _note(self, first: Group, second: Group, score: int) -> str:
+    def _note(self, first: Group, second: Group, score: int, reader: int | None) -> str:
         def names(g):
             shown = [m.name for m in g.members]
             return ", ".join(shown[:4]) + (f" (+{len(shown) - 4})" if len(shown) > 4 else "")
@@ -254,6 +266,10 @@ class SiblingFusion:
             why = f"both read {listed(common)} ({score} bytes read once)"
         elif direct:
             why = f"{score} bytes no longer read back"
+        elif reader is not None and max(self._numel(first), self._numel(second)) > self.choices.small_kernel_numel:
+            unit = self.units[reader]
+            what = f"[{names(unit.group)}]" if unit.group is not None else "one ATen call"
+            why = f"both feed {what}: one launch"
         else:
             why = f"both small ({max(self._numel(first), self._numel(second))} points): one launch"
         return f"{relation}, {why}"
