@@ -175,3 +175,19 @@ def test_split_reductions_keep_per_element_stores_out_of_a_split_reduction(nonze
     program = ir.lower(*traced(lambda x: (x.sum(1), x.amax(1)), x), choices=Splitting()).program
     (partial,) = [k for k in program.kernels.values() if k.name.endswith("_part0")]
     assert reduces(partial) == ["max", "sum"]
+
+
+def test_kernels_one_aten_call_reads_together_merge(nonzero):
+    # sin(x) and cos(y) share nothing, but the matmul reads both: their results are needed at once
+    class NotSmall(ir.FusionChoices):
+        small_kernel_numel = 0
+    x, y = nonzero(16, 16), nonzero(16, 16)
+    program = ir.lower(*traced(lambda x, y: (x.sin() @ y.cos(),), x, y), choices=NotSmall(), validate=True).program
+    (kernel,) = program.kernels.values()
+    assert len(kernel.outputs) == 2
+    assert "both feed one ATen call: one launch" in program.report.groups[0]["why"]
+    (out,) = run_cpp(program, [x, y])
+    torch.testing.assert_close(out, x.sin() @ y.cos())
+    # returned separately, nothing reads them together: two kernels
+    apart = ir.lower(*traced(lambda x, y: (x.sin(), y.cos()), x, y), choices=NotSmall()).program
+    assert len(apart.kernels) == 2
