@@ -33,10 +33,18 @@ def test_a_legal_fusion_gives_the_merged_group_and_its_kernel(nonzero):
 
 
 def test_different_iteration_spaces_are_illegal(nonzero):
-    fusion, (column_sum, broadcast) = compute_nodes(lambda x: (x.sum(0, keepdim=True) + x,), nonzero(8, 16))
+    fusion, (column_sum, broadcast) = compute_nodes(lambda x, y: (x.sum(0, keepdim=True) + y,), nonzero(8, 16),
+                                                    nonzero(5, 16))
     verdict = check_fusion(alone(column_sum), broadcast, fusion.nodes, lambda name: name)
     assert not verdict.legal and verdict.merged is None
-    assert verdict.reason == "different iteration spaces: (8, 16) vs (16) x reduce (8)"
+    assert verdict.reason == "different iteration spaces: (5, 16) vs (16) x reduce (8)"
+
+
+def test_a_pointwise_node_over_the_reductions_space_in_another_order_joins_it(nonzero):
+    # x.sum(0) + x: the column sums loop x0 over columns, r0 over rows; the add walks (rows, columns)
+    fusion, (column_sum, broadcast) = compute_nodes(lambda x: (x.sum(0, keepdim=True) + x,), nonzero(8, 16))
+    verdict = check_fusion(alone(column_sum), broadcast, fusion.nodes, lambda name: name)
+    assert verdict.legal and [str(v) for v in verdict.merged.full_vars] == ["r0", "x0"]
 
 
 def test_a_fusion_through_an_aten_call_that_reads_the_group_is_a_cycle(nonzero):
@@ -98,7 +106,7 @@ def test_a_target_limit_on_kernel_size_is_a_reason(nonzero):
 
 
 def test_the_kernel_shape_hook_answers_per_kernel(nonzero):
-    program = lower(lambda x: (x.sin(), x.sum(1)), nonzero(8, 16)).program
+    program = lower(lambda x: (x.sin(), x.sum(0)), nonzero(8, 16)).program   # no one space: 2 kernels
     shapes = sorted(ir.FusionChoices().choose_kernel_shape(k).kind for k in program.kernels.values())
     assert shapes == ["pointwise", "reduction"]
 

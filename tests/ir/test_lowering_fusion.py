@@ -80,11 +80,22 @@ def test_a_reduction_fuses_its_pointwise_epilogue(nonzero):
 
 
 def test_different_iteration_spaces_are_rejected_with_that_reason(nonzero):
-    # a column sum is computed per column (16) x reduce (8); its broadcast back over (8, 16) cannot join it
-    program = lower(lambda x: (x.sum(0, keepdim=True) + x,), nonzero(8, 16)).program
+    # a column sum is computed per column (16) x reduce (8); its broadcast over (5, 16) cannot join it
+    program = lower(lambda x, y: (x.sum(0, keepdim=True) + y,), nonzero(8, 16), nonzero(5, 16)).program
     assert len(program.kernels) == 2
     assert [r["reason"] for r in program.report.rejected] == [
-        "different iteration spaces: (8, 16) vs (16) x reduce (8)"]
+        "different iteration spaces: (5, 16) vs (16) x reduce (8)"]
+
+
+def test_a_column_broadcast_joins_the_column_reduction_in_its_order(nonzero):
+    # the broadcast back over (8, 16) walks the column sum's space as (r0, x0): one kernel, right values
+    x = nonzero(8, 16)
+    program = lower(lambda x: (x.sum(0, keepdim=True) + x,), x).program
+    (kernel,) = program.kernels.values()
+    assert program.report.rejected == []
+    from fuse_all_codegen_cpp import CppTarget
+    (out,) = ir.load_host_program(ir.render_host_program(program, CppTarget())).call([x])
+    torch.testing.assert_close(out, x.sum(0, keepdim=True) + x)
 
 
 def test_a_row_broadcast_shares_the_reduction_kernel(nonzero):

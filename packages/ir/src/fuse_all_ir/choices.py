@@ -14,11 +14,23 @@ otherwise.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import sympy
+
+from .symbolic import size_hint
+
 MAX_KERNEL_STATEMENTS = 600   # past this, compile time and register pressure outgrow the saved traffic
 MAX_GROUP_MEMBERS = 64
+# sibling fusion: a kernel writing more buffers or reading more than this gets too many pointer arguments
+# and live values per thread for what one shared read saves
+MAX_KERNEL_OUTPUTS = 12
+MAX_KERNEL_INPUTS = 24
+# kernels of at most this many points (outer x reduction) are launch-bound: two of them over one space
+# share a launch even when they read nothing in common
+SMALL_KERNEL_NUMEL = 4096
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,11 @@ class FusionChoices:
     # split inside one kernel instead
     split_reductions: bool = False
     max_group_members: int = MAX_GROUP_MEMBERS
+    # sibling (horizontal) fusion: kernels with no dependence between them, over one space
+    sibling_fusion: bool = True
+    max_kernel_outputs: int = MAX_KERNEL_OUTPUTS
+    max_kernel_inputs: int = MAX_KERNEL_INPUTS
+    small_kernel_numel: int = SMALL_KERNEL_NUMEL
 
     # ---- fusion ---------------------------------------------------------------------------------------
     def candidate_order(self, node, candidates: list, shared_reads: Callable[[Any, Any], int]) -> list:
@@ -63,6 +80,58 @@ class FusionChoices:
         """The target's hook: a reason to keep a legal fusion apart (shown in the fusion report), or None.
         `group` is the producer group (`.members`, `.outer`, `.reduction`), `node` the node joining it,
         `kernel` the `Kernel` they would make together."""
+        return None
+
+    # ---- sibling fusion ---------------------------------------------------------------------------------
+    def should_fuse_siblings(self, first, second, kernel, shared_bytes: int, numel: int,
+                             size_hints: dict | None = None, feed_one_reader: bool = False) -> str | None:
+        """None to run the sibling groups `first` and `second` (no dependence between them; `kernel`: the
+        legal kernel they make together) as one kernel, else the reason not to. It pays when they read
+        common buffers (`shared_bytes`: their size, read once instead of twice, or read back when one reads
+        the other's), when both are small (`numel`: the larger one's points, at the size hints) and so
+        launch-bound, or when one kernel or ATen call reads both (`feed_one_reader`: their results are
+        needed at once, so merging saves a launch and keeps no buffer alive longer). Then the limits, then
+        the target's `veto_sibling_fusion`."""
+        if not self.sibling_fusion:
+            return "the target does not fuse siblings"
+        if shared_bytes <= 0 and numel > self.small_kernel_numel and not feed_one_reader:
+            return f"no shared reads and not small ({numel} points > {self.small_kernel_numel})"
+        members = len(first.members) + len(second.members)
+        if members > self.max_group_members:
+            return f"merged kernel would have {members} nodes (limit {self.max_group_members})"
+        size = sum(len(loop.body) for loop in kernel.loops)
+        if size > self.max_kernel_statements:
+            return f"fused kernel would have {size} statements (limit {self.max_kernel_statements})"
+        if len(kernel.outputs) > self.max_kernel_outputs:
+            return f"merged kernel would write {len(kernel.outputs)} buffers (limit {self.max_kernel_outputs})"
+        if len(kernel.inputs) > self.max_kernel_inputs:
+            return f"merged kernel would read {len(kernel.inputs)} buffers (limit {self.max_kernel_inputs})"
+        size_hints = size_hints or {}
+        lost = self.split_would_be_lost(kernel, size_hints)
+        if lost is not None:
+            return lost
+        return self.veto_sibling_fusion(first, second, kernel, size_hints)
+
+    def veto_sibling_fusion(self, first, second, kernel, size_hints: dict) -> str | None:
+        """The target's hook for sibling fusions: a reason to keep two legal siblings apart, or None."""
+        return None
+
+    def split_would_be_lost(self, kernel, size_hints: dict) -> str | None:
+        """Where the target splits long reductions over programs (`split_reductions`, column_split.py), the
+        reason to keep a fusion apart that leaves `kernel` unsplittable (per-element stores in a reduction
+        phase: a pointwise node over the reduction's full space) when its reduction would be split (or
+        splits are forced, FUSE_ALL_COLUMN_SPLITS); else None."""
+        if not self.split_reductions or not kernel.reduction:
+            return None
+        from .column_split import FORCE_ENV, choose_column_splits, choose_row_splits, splittable
+        if splittable(kernel) is None:
+            return None
+        from .tiling import is_column_reduction
+        outer = size_hint(sympy.Mul(*kernel.outer), size_hints, 1024)
+        rnumel = size_hint(sympy.Mul(*kernel.reduction), size_hints, 1024)
+        choose = choose_column_splits if is_column_reduction(kernel) else choose_row_splits
+        if os.environ.get(FORCE_ENV) or choose(outer, rnumel) > 1:
+            return "the reduction is split over the GPU's programs, which per-element stores would prevent"
         return None
 
     # ---- kernel shapes ----------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 Each node, in topological order, tries to join the group of one of its producers. Legality is
 `legality.check_fusion` (iteration spaces, cycles, the kernel builds); heuristics are the
 `choices.FusionChoices` object the pass is given (which producer group to try first, size limits, the
-target's veto). Every producer/consumer pair left in different kernels gets a reason in the report.
+target's veto). Then kernels with no dependence between them that read the same buffers (or are both
+small) over one space merge as siblings (`siblings.py`). Every producer/consumer pair left in different
+kernels gets a reason in the report.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from .legality import check_fusion
 from .nodes import E, LoweredGraph, Node
 from .program import BufferRef
 from .report import FusionReport
+from .siblings import SiblingFusion
 
 
 def expression_reads(node: Node) -> set:
@@ -77,6 +80,9 @@ class FusionPass:
                 group = Group(outer, red, [node])
                 groups.append(group)
             self.group_of[node.name] = group
+        siblings = SiblingFusion(self, groups)
+        groups = siblings.run()
+        self.report.siblings_kept_apart = siblings.rejected
         self._record_unfused_edges()
         return groups
 
@@ -92,6 +98,7 @@ class FusionPass:
             reason, merged = self._try(group, node)
             if reason is None:
                 group.outer, group.reduction, group.members = merged.outer, merged.reduction, merged.members
+                group.full_vars = merged.full_vars
                 return group
             for producer in group.members:
                 if producer.name in node.reads:
@@ -106,6 +113,12 @@ class FusionPass:
         verdict = check_fusion(group, node, self.nodes, self._unit)
         if not verdict.legal:
             return verdict.reason, None
+        if verdict.merged.full_vars is not None and group.full_vars is None:
+            # a pointwise node over the reduction's space in another order: its per-element stores would
+            # stop a target that splits long reductions from splitting this one
+            lost = self.choices.split_would_be_lost(verdict.kernel, self.lowered.size_hints)
+            if lost is not None:
+                return lost, None
         return self.choices.should_fuse(group, node, verdict.kernel), verdict.merged
 
     def _unit(self, name: str):

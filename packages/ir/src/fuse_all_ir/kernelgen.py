@@ -45,10 +45,27 @@ class Group:
     outer: tuple
     reduction: tuple = ()
     members: list = field(default_factory=list)   # Nodes in topological order
+    # why kernels that share no data dependence were merged into this one (sibling fusion), for the report
+    sibling_notes: list = field(default_factory=list)
+    # reduction groups: the loop variable of each dim of the full (outer x reduction) space in the order
+    # pointwise members over it walk it, when that is not outer + reduction (BatchNorm: pointwise over
+    # (N, C, H, W), statistics over C x (N, H, W): (r0, x0, r1, r2)); see full_space.py
+    full_vars: tuple | None = None
 
     @property
     def names(self) -> set:
         return {m.name for m in self.members}
+
+    def full_loop_vars(self) -> tuple:
+        if self.full_vars is not None:
+            return self.full_vars
+        return tuple(xvar(k) for k in range(len(self.outer))) + tuple(rvar(k) for k in range(len(self.reduction)))
+
+    def full_space(self) -> tuple:
+        """The sizes of the full space in the order its pointwise members walk it."""
+        ranges = {xvar(k): n for k, n in enumerate(self.outer)}
+        ranges.update({rvar(k): n for k, n in enumerate(self.reduction)})
+        return tuple(ranges[v] for v in self.full_loop_vars())
 
     def space_of(self, node: Node) -> str | None:
         """'red' (runs over the reduction space), 'scalar' (once per outer point), or None (doesn't fit)."""
@@ -58,7 +75,7 @@ class Group:
                     m.kind != "reduction" for m in self.members):
                 return "regroup"
             return "red" if _same(outer, self.outer) and _same(red, self.reduction) else None
-        if self.reduction and _same(outer, self.outer + self.reduction):
+        if self.reduction and _same(outer, self.full_space()):
             return "red"
         if _same(outer, self.outer):
             return "scalar"
@@ -74,9 +91,10 @@ def node_index(group: Group, node: Node):
     if node.kind == "reduction":
         return (_assign(node.spec.size, (xvar(k) for k in range(len(group.outer)))),
                 _assign(node.reduction_size, (rvar(k) for k in range(len(group.reduction)))))
-    loop_vars = [xvar(k) for k in range(len(group.outer))]
     if group.space_of(node) == "red":
-        loop_vars += [rvar(k) for k in range(len(group.reduction))]
+        loop_vars = list(group.full_loop_vars())
+    else:
+        loop_vars = [xvar(k) for k in range(len(group.outer))]
     in_loop_order = _assign([node.spec.size[d] for d in node.iter_order], loop_vars)
     index = [None] * len(node.spec.size)
     for position, dim in enumerate(node.iter_order):

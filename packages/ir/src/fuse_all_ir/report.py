@@ -14,6 +14,7 @@ class FusionReport:
     rejected: list = field(default_factory=list)    # dicts: producer, consumer, reason, origins
     externs: list = field(default_factory=list)     # dicts: target, reason, origins
     inlined: int = 0                                # ATen ops folded into their single consumer's expression
+    siblings_kept_apart: list = field(default_factory=list)   # dicts: first, second (node names), reason
 
     def reject(self, producer: str, consumer: str, reason: str, origins=()):
         self.rejected.append({"producer": producer, "consumer": consumer, "reason": reason,
@@ -28,6 +29,7 @@ class FusionReport:
             "rejected": [{"producer": r["producer"], "consumer": r["consumer"], "reason": r["reason"],
                           "source_lines": lines(r["origins"])} for r in self.rejected],
             "inlined_ops": self.inlined,
+            "siblings_kept_apart": [dict(s) for s in self.siblings_kept_apart],
         }
 
     def to_text(self) -> str:
@@ -50,4 +52,9 @@ class FusionReport:
             out.append("not fused:")
             for r in self.rejected:
                 out.append(f"    {r['producer']} -> {r['consumer']}: {r['reason']}")
+        if self.siblings_kept_apart:
+            out.append("")
+            out.append("siblings sharing reads, not fused:")
+            for s in self.siblings_kept_apart:
+                out.append(f"    [{', '.join(s['first'])}] / [{', '.join(s['second'])}]: {s['reason']}")
         return "\n".join(out) + "\n"

@@ -121,6 +121,10 @@ def _topological(units, deps, priority) -> list:
 
 
 def _why(group: Group) -> str:
+    return "; ".join([_why_space(group), *group.sibling_notes])
+
+
+def _why_space(group: Group) -> str:
     kinds = {m.kind for m in group.members}
     space = "(" + ", ".join(str(s) for s in group.outer) + ")"
     if "reduction" in kinds:
