@@ -1,5 +1,5 @@
-"""Inference graphs with convolutions on CPU run their activations channels-last (`fuse_all_ir.layout`):
-results and output strides as eager's, whatever the graph returns."""
+"""Graphs with convolutions on CPU run their activations channels-last (`fuse_all_ir.layout`): results and
+output strides as eager's, whatever the graph returns."""
 from __future__ import annotations
 
 import pytest
@@ -17,9 +17,10 @@ def applied(monkeypatch):
     answers = []
     original = layout.prefer_channels_last
 
-    def spy(gm, example_inputs):
-        answers.append(original(gm, example_inputs))
-        return answers[-1]
+    def spy(gm, example_inputs, **kwargs):
+        decision = original(gm, example_inputs, **kwargs)
+        answers.append(bool(decision))
+        return decision
     monkeypatch.setattr(fuse_all_ir, "prefer_channels_last", spy)
     return answers
 
@@ -52,7 +53,7 @@ def test_convolutions_see_channels_last_outputs_keep_eager_strides(applied, memo
     assert graph.fallback_reason is None
 
 
-def test_dynamic_shapes_and_training_graphs_keep_their_layout(applied):
+def test_dynamic_shapes_and_training_graphs(applied):
     fn = _block(*_weights())
     compiled = torch.compile(fn, backend="fuse_all", dynamic=True, options={"fallback": False})
     for size in (9, 12):
@@ -62,10 +63,15 @@ def test_dynamic_shapes_and_training_graphs_keep_their_layout(applied):
                 torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
                 assert g.stride() == e.stride()
     assert applied == [True]       # symbolic sizes: the rewrite holds (strides re-derived symbolically)
-    # a training graph is never rewritten: its backward was traced against the forward's layouts
+    # a training forward is rewritten too (its saved activations stay channels-last for the backward)
+    torch.manual_seed(1)
     w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    w_ref = w.detach().clone().requires_grad_()
     train = torch.compile(lambda x: F.conv2d(x, w).relu().sum(), backend="fuse_all", options={"fallback": False})
     applied.clear()
-    loss = train(torch.randn(1, 3, 8, 8))
-    loss.backward()
-    assert applied == [] and w.grad is not None
+    x = torch.randn(1, 3, 8, 8)
+    train(x).backward()
+    F.conv2d(x, w_ref).relu().sum().backward()
+    assert applied == [True]
+    torch.testing.assert_close(w.grad, w_ref.grad, rtol=1e-5, atol=1e-5)
+    assert w.grad.stride() == w_ref.grad.stride()

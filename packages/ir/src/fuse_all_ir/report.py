@@ -14,6 +14,7 @@ class FusionReport:
     rejected: list = field(default_factory=list)    # dicts: producer, consumer, reason, origins
     externs: list = field(default_factory=list)     # dicts: target, reason, origins
     inlined: int = 0                                # ATen ops folded into their single consumer's expression
+    layout: str = ""                                # the channels-last decision (fuse_all_ir.layout), if made
 
     def reject(self, producer: str, consumer: str, reason: str, origins=()):
         self.rejected.append({"producer": producer, "consumer": consumer, "reason": reason,
@@ -28,11 +29,14 @@ class FusionReport:
             "rejected": [{"producer": r["producer"], "consumer": r["consumer"], "reason": r["reason"],
                           "source_lines": lines(r["origins"])} for r in self.rejected],
             "inlined_ops": self.inlined,
+            "layout": self.layout,
         }
 
     def to_text(self) -> str:
         out = [f"fusion report: {len(self.groups)} kernels, {len(self.externs)} ATen calls, "
                f"{self.inlined} ops inlined into their consumer", ""]
+        if self.layout:
+            out[1:1] = [f"layout: {self.layout}"]
         for g in self.groups:
             out.append(f"{g['kernel']}: {g['why']}")
             out.append(f"    nodes: {', '.join(g['nodes'])}")
