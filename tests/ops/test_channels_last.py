@@ -2,6 +2,9 @@
 output strides as eager's, whatever the graph returns."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -75,3 +78,56 @@ def test_dynamic_shapes_and_training_graphs(applied):
     assert applied == [True]
     torch.testing.assert_close(w.grad, w_ref.grad, rtol=1e-5, atol=1e-5)
     assert w.grad.stride() == w_ref.grad.stride()
+
+
+# ---- whole conv nets: inference and training steps against float64, layout decisions recorded -------------
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import layout_checks  # noqa: E402
+
+
+def _compile(model):
+    return torch.compile(model, backend="fuse_all", options={"fallback": False})
+
+
+def test_conv_bn_relu_inference_runs_channels_last_and_matches_eager():
+    torch.manual_seed(0)
+    model = layout_checks.ConvBNReLU()
+    layout_checks.mt.randomize_norms(model)
+    layout_checks.check_inference(model, torch.randn(2, 3, 16, 16), _compile)
+    (record,) = fuse_all.compiled_graphs()
+    assert record.layout.startswith("channels-last applied: 3 CPU convolutions"), record.layout
+    assert f"layout: {record.layout}" in record.report.to_text()
+    assert record.report.to_json()["layout"] == record.layout
+
+
+def test_conv_bn_relu_training_keeps_saved_activations_channels_last():
+    torch.manual_seed(0)
+    model = layout_checks.ConvBNReLU()
+    layout_checks.mt.randomize_norms(model)
+    layout_checks.check_training(model, torch.randn(2, 3, 16, 16), torch.randint(0, 10, (2,)), _compile)
+    lines = layout_checks.layout_lines(fuse_all.compiled_graphs())
+    assert lines["forward"] == ["channels-last applied: 3 CPU convolutions: oneDNN runs channels-last faster; "
+                                "3 convolution inputs made channels-last"]
+    # the backward saw the saved activations' real (channels-last) strides, not the traced NCHW ones
+    assert lines["backward"] == ["strides re-derived from the saved activations' layout (channels-last forward)"]
+    (backward,) = [r for r in fuse_all.compiled_graphs() if r.kind == "backward"]
+    conv_backward = [e for e in backward.externs if "convolution_backward" in e.target]
+    assert conv_backward
+
+
+def test_layout_opt_off_by_environment(monkeypatch):
+    monkeypatch.setenv("FUSE_ALL_LAYOUT_OPT", "0")
+    torch.manual_seed(0)
+    model = layout_checks.ConvBNReLU()
+    layout_checks.check_training(model, torch.randn(2, 3, 16, 16), torch.randint(0, 10, (2,)), _compile, steps=1)
+    lines = layout_checks.layout_lines(fuse_all.compiled_graphs())
+    assert lines["forward"] == ["channels-last not applied: turned off (FUSE_ALL_LAYOUT_OPT=0 or options "
+                                "layout_opt=False)"]
+    assert lines["backward"] == [""]      # nothing to adopt: the forward kept its layout
+    torch._dynamo.reset()
+    fuse_all.reset()
+    compiled = torch.compile(model.eval(), backend="fuse_all", options={"layout_opt": True})
+    with torch.no_grad():
+        compiled(torch.randn(2, 3, 16, 16))
+    (record,) = fuse_all.compiled_graphs()
+    assert record.layout.startswith("channels-last applied"), record.layout    # the option overrides the variable
