@@ -87,13 +87,17 @@ def prefer_channels_last(gm: torch.fx.GraphModule, example_inputs, *, is_inferen
     visible = range(len(before) if num_user_outputs is None else min(num_user_outputs, len(before)))
     graph = gm.graph
     added: list[torch.fx.Node] = []
+    clones: dict[torch.fx.Node, torch.fx.Node] = {}   # one copy per activation, however many convolutions read it
     for conv, x in convs:
-        with graph.inserting_before(conv):
-            clone = graph.call_function(aten.clone.default, (x,), {"memory_format": torch.channels_last})
-        conv.replace_input_with(x, clone)
-        added.append(clone)
+        if x not in clones:
+            with graph.inserting_before(conv):
+                clones[x] = graph.call_function(aten.clone.default, (x,), {"memory_format": torch.channels_last})
+            added.append(clones[x])
+        conv.replace_input_with(x, clones[x])
     try:
         _propagate(gm, example_inputs, fake_mode)
+        _drop_copies_of_channels_last(gm, added)
+        copies = len(added)
         _restore_output_strides(gm, before, visible, added, strict=True)
         _propagate(gm, example_inputs, fake_mode)
         after = _output_strides(gm)
@@ -104,7 +108,19 @@ def prefer_channels_last(gm: torch.fx.GraphModule, example_inputs, *, is_inferen
         return LayoutDecision(False, f"{decision.reason}; but the rewrite was undone ({type(exc).__name__}: "
                                      f"{str(exc).splitlines()[0] if str(exc) else ''})")
     gm.recompile()
-    return LayoutDecision(True, f"{decision.reason}; {len(convs)} convolution inputs made channels-last")
+    return LayoutDecision(True, f"{decision.reason}; {copies} layout cop{'y' if copies == 1 else 'ies'} "
+                                f"of convolution inputs")
+
+
+def _drop_copies_of_channels_last(gm: torch.fx.GraphModule, added: list) -> None:
+    """Once strides are propagated, most convolution inputs are channels-last already (outputs of earlier
+    channels-last convolutions and the pointwise ops after them): their copies go."""
+    for clone in list(added):
+        source = _tensor(clone.args[0])
+        if source is not None and tuple(source.stride()) == tuple(_tensor(clone).stride()):
+            clone.replace_all_uses_with(clone.args[0])
+            gm.graph.erase_node(clone)
+            added.remove(clone)
 
 
 def adopt_input_strides(gm: torch.fx.GraphModule, example_inputs) -> bool:
