@@ -112,3 +112,14 @@ def layout_lines(records) -> dict[str, list[str]]:
     for record in records:
         lines.setdefault(record.kind, []).append(record.layout or "")
     return lines
+
+
+def convolution_layouts(record) -> list[str]:
+    """"NHWC" or "NCHW" for the result of each convolution a compiled graph calls (its planned layout)."""
+    layouts = []
+    for call in record.externs:
+        if call.target == "aten.convolution.default" and call.out_specs and call.out_specs[0] is not None:
+            stride = [int(s) for s in call.out_specs[0].stride]
+            size = [int(s) for s in call.out_specs[0].size]
+            layouts.append("NHWC" if len(size) == 4 and size[1] > 1 and stride[1] == 1 else "NCHW")
+    return layouts

@@ -98,6 +98,7 @@ def test_conv_bn_relu_inference_runs_channels_last_and_matches_eager():
     assert record.layout.startswith("channels-last applied: 3 CPU convolutions"), record.layout
     assert f"layout: {record.layout}" in record.report.to_text()
     assert record.report.to_json()["layout"] == record.layout
+    assert layout_checks.convolution_layouts(record) == ["NHWC"] * 3
 
 
 def test_conv_bn_relu_training_keeps_saved_activations_channels_last():
@@ -124,6 +125,8 @@ def test_layout_opt_off_by_environment(monkeypatch):
     assert lines["forward"] == ["channels-last not applied: turned off (FUSE_ALL_LAYOUT_OPT=0 or options "
                                 "layout_opt=False)"]
     assert lines["backward"] == [""]      # nothing to adopt: the forward kept its layout
+    (forward,) = [r for r in fuse_all.compiled_graphs() if r.kind == "forward"]
+    assert layout_checks.convolution_layouts(forward) == ["NCHW"] * 3
     torch._dynamo.reset()
     fuse_all.reset()
     compiled = torch.compile(model.eval(), backend="fuse_all", options={"layout_opt": True})
