@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import fuse_all
+import fuse_all.emit
+import fuse_all.logs
 import fuse_all_ir
 from fuse_all_ir import layout
 
@@ -98,6 +101,11 @@ def test_conv_bn_relu_inference_runs_channels_last_and_matches_eager():
     assert record.layout.startswith("channels-last applied: 3 CPU convolutions"), record.layout
     assert f"layout: {record.layout}" in record.report.to_text()
     assert record.report.to_json()["layout"] == record.layout
+    summary = fuse_all.emit.summary(SimpleNamespace(graph=SimpleNamespace(graph_id=record.graph_id, kind="inference",
+                                                                          device="cpu"),
+                                                    compile_id=None, aot_name=None, phases={}), record)
+    assert summary["layout"] == record.layout
+    assert fuse_all.logs.summary_line(summary).endswith("; convolutions run channels-last")
     assert layout_checks.convolution_layouts(record) == ["NHWC"] * 3
 
 
