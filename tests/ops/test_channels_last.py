@@ -142,3 +142,22 @@ def test_layout_opt_off_by_environment(monkeypatch):
         compiled(torch.randn(2, 3, 16, 16))
     (record,) = fuse_all.compiled_graphs()
     assert record.layout.startswith("channels-last applied"), record.layout    # the option overrides the variable
+
+
+def test_dynamic_training_forward_keeps_its_layout():
+    """Saved activations with symbolic strides cannot be reported to AOTAutograd as numbers; the backward
+    would read channels-last data as NCHW, so such a forward keeps its traced layout."""
+    torch.manual_seed(0)
+    model = layout_checks.ConvBNReLU()
+    compiled = torch.compile(model, backend="fuse_all", dynamic=True, options={"fallback": False})
+    reference = __import__("copy").deepcopy(model)
+    for size in (12, 16):
+        x = torch.randn(2, 3, size, size)
+        compiled(x)[0].sum().backward()
+        reference(x)[0].sum().backward()
+        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=name)
+        model.zero_grad(), reference.zero_grad()
+    forwards = [r.layout for r in fuse_all.compiled_graphs() if r.kind == "forward"]
+    assert forwards and all(line.startswith("channels-last not applied") and "symbolic strides" in line
+                            for line in forwards), forwards

@@ -103,6 +103,7 @@ def prefer_channels_last(gm: torch.fx.GraphModule, example_inputs, *, is_inferen
         after = _output_strides(gm)
         if any(after[i] != before[i] for i in visible):
             raise ValueError("output strides changed")
+        _check_saved_strides_are_static(gm, before, after)
     except Exception as exc:  # noqa: BLE001 - any doubt (symbolic strides included): the graph as traced
         _undo(gm, added, example_inputs, fake_mode)
         return LayoutDecision(False, f"{decision.reason}; but the rewrite was undone ({type(exc).__name__}: "
@@ -121,6 +122,16 @@ def _drop_copies_of_channels_last(gm: torch.fx.GraphModule, added: list) -> None
             clone.replace_all_uses_with(clone.args[0])
             gm.graph.erase_node(clone)
             added.remove(clone)
+
+
+def _check_saved_strides_are_static(gm: torch.fx.GraphModule, before: list, after: list) -> None:
+    """Saved activations that changed layout must have plain-int strides: AOTAutograd restrides the
+    backward's inputs only to strides the forward compiler reports as numbers, and a backward compiled
+    for the traced strides would misread channels-last ones."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+    for i, (old, new) in enumerate(zip(before, after)):
+        if old != new and free_symbols(_tensor(_outputs(gm)[i])):
+            raise ValueError(f"saved output {i} would change layout with symbolic strides")
 
 
 def adopt_input_strides(gm: torch.fx.GraphModule, example_inputs) -> bool:
