@@ -161,6 +161,7 @@ def _aten_compiler(kind: str, described: _Described, compile_graph: CompileGraph
             size_hints=_size_hints(gm, example_inputs),
             graph_break=dynamo_graph.graph_break,
             device=graph_device(list(example_inputs), gm),
+            saved_layout_free=kind == "forward" and compat.output_strides_listened(),
         )
         traced_strides = _output_strides(gm) if kind == "forward" else None
         compiled = _boxed(compile_graph(graph))

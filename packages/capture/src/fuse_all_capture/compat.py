@@ -69,6 +69,17 @@ def static_input_indices(meta: Any) -> list[int]:
     return list(getattr(meta, "static_input_indices", None) or [])
 
 
+def output_strides_listened() -> bool:
+    """Whether AOTAutograd is listening for the output strides of the forward being compiled."""
+    try:
+        from torch._guards import TracingContext
+    except ImportError:
+        return False
+    context = TracingContext.try_get()
+    listening = getattr(context, "output_strides", None) if context is not None else None
+    return listening is not None and len(listening) == 0
+
+
 def report_output_strides(strides: list) -> bool:
     """Tell AOTAutograd the strides a forward graph's compiled outputs really have (None: as traced), as
     Inductor does after layout optimisation: AOTAutograd restrides the backward's example inputs (the saved
