@@ -2,6 +2,7 @@
 output strides as eager's, whatever the graph returns."""
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -150,7 +151,7 @@ def test_dynamic_training_forward_keeps_its_layout():
     torch.manual_seed(0)
     model = layout_checks.ConvBNReLU()
     compiled = torch.compile(model, backend="fuse_all", dynamic=True, options={"fallback": False})
-    reference = __import__("copy").deepcopy(model)
+    reference = copy.deepcopy(model)
     for size in (12, 16):
         x = torch.randn(2, 3, size, size)
         compiled(x)[0].sum().backward()
