@@ -130,6 +130,7 @@ def _inference_estimate(convs: list[torch.fx.Node]) -> LayoutDecision:
     weighted = (flops["grouped"] * _GROUPED_MULTIPLIER + flops["small"] * _SMALL_MULTIPLIER
                 + flops["in_out"] * _IN_OUT_MULTIPLIER + flops["default"] * _DEFAULT_MULTIPLIER)
     estimate = f"flop-weighted estimate {weighted / total:.3f}x of the NCHW time" if total else "no flops counted"
-    shares = ", ".join(f"{k} {v / total:.0%}" for k, v in flops.items() if v) if total else ""
+    shares = ", ".join(f"{k} {v / total:.0%}" if v / total >= 0.005 else f"{k} <1%"
+                       for k, v in flops.items() if v) if total else ""
     return LayoutDecision(weighted <= total, f"inference, {len(convs)} convolutions: {estimate}"
                                              + (f" ({shares})" if shares else ""))
