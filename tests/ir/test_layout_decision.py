@@ -16,6 +16,14 @@ from fuse_all_ir import decide_channels_last
 pytestmark = pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")
 
 
+
+@pytest.fixture(autouse=True)
+def cuda_training_rules(monkeypatch):
+    """The ported rules themselves: CUDA training is switched off by `CUDA_TRAINING_WRONG_GRADIENTS` (a known
+    wrong-gradient bug on the H200); `test_cuda_training_is_off_while_its_gradients_are_wrong` checks that."""
+    from fuse_all_ir import layout_decision
+    monkeypatch.setattr(layout_decision, "CUDA_TRAINING_WRONG_GRADIENTS", False)
+
 def _trace(fn, *shapes, symbolic=False):
     args = [torch.randn(s) for s in shapes]
     return make_fx(fn, tracing_mode="symbolic" if symbolic else "fake")(*args)
@@ -111,3 +119,11 @@ def test_cpu_convolutions_with_onednn_always():
         decision = decide_channels_last(gm, is_inference)
         assert decision and "oneDNN" in decision.reason
         assert _inductor(gm, is_inference) is True
+
+
+def test_cuda_training_is_off_while_its_gradients_are_wrong(monkeypatch):
+    from fuse_all_ir import layout_decision
+    monkeypatch.setattr(layout_decision, "CUDA_TRAINING_WRONG_GRADIENTS", True)
+    with _gpu_rules():
+        decision = decide_channels_last(_trace(two_convs, X, (128, 3, 3, 3), (128, 128, 3, 3)), is_inference=False)
+    assert not decision.apply and decision.reason.startswith("training on CUDA: off"), decision
