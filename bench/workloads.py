@@ -225,7 +225,7 @@ def vit_tiny(device: str, batch: int, size: int) -> Instance:
     return _inference(model, (torch.randn(batch, 3, size, size, device=device),), tol=MODEL_TOL)
 
 
-def train_resnet50(device: str, batch: int, size: int) -> Instance:
+def train_resnet50(device: str, batch: int, size: int, tol: float = MODEL_TOL) -> Instance:
     import torchvision
     model = torchvision.models.resnet50(weights=None).train().to(device)
     x = torch.randn(batch, 3, size, size, device=device)
@@ -233,7 +233,7 @@ def train_resnet50(device: str, batch: int, size: int) -> Instance:
 
     def loss(x, y):
         return F.cross_entropy(model(x), y)
-    return _training(model, loss, (x, y), tol=MODEL_TOL)
+    return _training(model, loss, (x, y), tol=tol)
 
 
 def ddp_train_resnet50(device: str, batch: int, size: int) -> Instance:
@@ -312,6 +312,10 @@ WORKLOADS: dict[str, Callable[[str], Instance]] = {
     "resnext101_64x3x7x7": P(resnext101, batch=64, channels=3, height=7, width=7),
     "resnext101_32x3x224x224": P(resnext101, batch=32, channels=3, height=224, width=224),
     "train_resnet50_32x224": P(train_resnet50, batch=32, size=224),
+    # a training conv row a CPU times in minutes. Random-weight ResNet50 with train-mode batch norm over 4x2x2
+    # values in layer4: float32 gradients are a few % apart between any two correct runs (Inductor 5.5e-2 and
+    # fuse_all 4-5e-2 from eager on CPU, 2026-12-01), so only an O(1) error is a mismatch here
+    "train_resnet50_4x64": P(train_resnet50, batch=4, size=64, tol=0.2),
     "train_bert_8x128": P(train_bert, batch=8, seq=128),
     "ddp_train_resnet50_32x224": P(ddp_train_resnet50, batch=32, size=224),   # issue 15; not in a default set
 }

@@ -18,7 +18,7 @@ import fuse_all_ir as ir
 
 from . import emit, graph_cache, logs, progress, provenance
 from .debug import debug_enabled
-from .options import OptionError, Options, parse
+from .options import OptionError, Options, parse, resolve_layout_opt
 
 log = logging.getLogger("fuse_all")
 
@@ -38,6 +38,7 @@ class CompiledGraph:
     report: object = None
     output_code: str | None = None
     fallback_reason: str | None = None
+    layout: str | None = None       # the channels-last decision (`fuse_all_ir.layout`), when it was made
     compile_time_s: float = 0.0
     cudagraphs: dict = field(default_factory=dict)
     function: str | None = None     # the compiled user function, "qualname (file:line)"
@@ -80,7 +81,7 @@ def reset() -> None:
 
 def fuse_all(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, **kwargs):
     """The backend Dynamo calls; `mode` and `options` come from torch.compile."""
-    opts = parse(mode, options)
+    opts = resolve_layout_opt(parse(mode, options))
     tag = graph_cache.cache_tag(opts, mode, _decompositions())   # None: torch's AOTAutograd cache not used
     backend = capture.make_backend(lambda graph: compile_graph(graph, opts, mode, cacheable=tag is not None),
                                    decompositions=_decompositions(), name="fuse_all", aot_cache_tag=tag)
@@ -138,12 +139,12 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     target = _target_for(graph.device, opts)
     bar.set_phase("lowering and fusing")
     with outputs.timed("lower_fuse_schedule"):
-        if graph.kind == "inference" and graph.device == "cpu":
-            ir.prefer_channels_last(graph.graph_module, graph.example_inputs)   # oneDNN's fast convolutions
+        record.layout = _choose_layout(graph, opts)
         compiled = ir.lower(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device,
                             validate=True if opts.debug or debug_enabled() else None,   # None: FUSE_ALL_VALIDATE decides
                             choices=getattr(target, "choices", None))
     program = compiled.program
+    program.report.layout = record.layout or ""
     outputs.compiled = compiled
     record.kernels = list(program.kernels.values())
     bar.set_phase("rendering kernels", total_kernels=len(record.kernels))
@@ -167,6 +168,28 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     call = module.call
     call._boxed_call = True
     return call
+
+
+def _choose_layout(graph, opts: Options) -> str | None:
+    """Channels-last convolutions (`fuse_all_ir.layout`) for inference graphs and training forwards; a
+    backward takes the strides its saved activations really have. The decision, as one line, or None."""
+    gm, inputs = graph.graph_module, graph.example_inputs
+    if graph.kind == "backward":
+        if ir.adopt_input_strides(gm, inputs):
+            line = "strides re-derived from the saved activations' layout (channels-last forward)"
+            log.info("fuse_all: graph %s: %s", graph.graph_id, line)
+            return line
+        return None
+    if not ir.convolutions(gm):
+        return None
+    if not opts.layout_opt:
+        decision = ir.LayoutDecision(False, "turned off (FUSE_ALL_LAYOUT_OPT=0 or options layout_opt=False)")
+    else:
+        free = graph.kind == "forward" and graph.saved_layout_free   # else every output keeps its strides
+        decision = ir.prefer_channels_last(gm, inputs, is_inference=graph.kind == "inference",
+                                           num_user_outputs=graph.num_fwd_outputs if free else None)
+    log.info("fuse_all: graph %s: %s", graph.graph_id, decision)
+    return str(decision)
 
 
 def _warn_lowered_ops_in_aten(graph_id: str, externs) -> None:

@@ -59,6 +59,9 @@ VARIABLES: tuple[Variable, ...] = (
              "`threads`: compile in the threads themselves"),
     Variable("FUSE_ALL_TRITON_DIRECT_LAUNCH", "`1`", "fuse_all_codegen_triton",
              "`0`: launch Triton kernels through Triton's own launcher instead of the fast path (Triton 3.6)"),
+    Variable("FUSE_ALL_LAYOUT_OPT", "`1`", "fuse_all",
+             "`0`: no channels-last convolutions (Inductor's layout optimisation: activations of convolution "
+             "graphs run NHWC where its heuristics expect a gain; also `options={\"layout_opt\": False}`)"),
     Variable("FUSE_ALL_COLUMN_SPLITS", "chosen per kernel", "fuse_all_ir",
              "`n`: split every splittable reduction compiled for Triton (column or contiguous) into `n` chunks (a "
              "partial and a final kernel per reduction phase); for tests and experiments"),
@@ -88,6 +91,8 @@ OPTION_HELP = {
     "fallback": "on a compile error run the graph in ATen with a warning (`False`: raise)",
     "debug": "write the debug folder for this compile",
     "progress": "`None`: `FUSE_ALL_PROGRESS` decides; `False`: no progress line; `True`: always",
+    "layout_opt": "`None`: `FUSE_ALL_LAYOUT_OPT` decides (on unless `0`); `False`: convolutions keep the traced "
+                  "layout; `True`: channels-last where the heuristics expect a gain",
 }
 
 

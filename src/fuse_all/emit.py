@@ -114,7 +114,7 @@ def summary(outputs: GraphOutputs, record: Any) -> dict[str, Any]:
         "fused_ops": sum(len(g.get("aten_ops", ())) for g in report.get("groups", ())),
         "rejected_pairs": len(report.get("rejected", ())),
         "compile_time_s": round(record.compile_time_s, 4), "phases_s": {k: round(v, 4) for k, v in outputs.phases.items()},
-        "fallback_reason": record.fallback_reason,
+        "fallback_reason": record.fallback_reason, "layout": getattr(record, "layout", None),
     }
 
 

@@ -180,7 +180,7 @@ def _record_state(record) -> bytes:
     import pickle
     try:
         return pickle.dumps({"kernels": record.kernels, "steps": record.steps, "report": record.report,
-                             "kernel_bytes": record.kernel_bytes}, protocol=pickle.HIGHEST_PROTOCOL)
+                             "kernel_bytes": record.kernel_bytes, "layout": record.layout}, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as error:  # noqa: BLE001 - the record is for introspection; the entry still works
         log.debug("fuse-all: record of %s not kept in the cache entry: %s", record.graph_id, error)
         return b""
@@ -198,4 +198,5 @@ def restore_record(record) -> None:
         return
     record.kernels, record.steps = values["kernels"], values["steps"]
     record.report, record.kernel_bytes = values["report"], values["kernel_bytes"]
+    record.layout = values.get("layout")
     record.externs = [s for s in record.steps if isinstance(s, ir.ExternCall)]

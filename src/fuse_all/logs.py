@@ -114,6 +114,8 @@ def summary_line(summary: dict[str, Any]) -> str:
     text = (f"fuse_all: compiled {summary['kind']} graph {summary['graph_id']}{where} on {summary['device']}: "
             f"{summary['kernels']} kernels ({summary['language'] or '-'}), {summary['aten_calls']} ATen calls, "
             f"{summary['fused_ops']} ops fused, {summary['compile_time_s']:.2f} s")
+    if str(summary.get("layout") or "").startswith("channels-last applied"):
+        text += "; convolutions run channels-last"
     if summary.get("fallback_reason"):
         text += f"; runs in ATen: {summary['fallback_reason']}"
     if summary.get("from_cache"):

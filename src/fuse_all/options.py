@@ -1,8 +1,9 @@
 """`torch.compile(..., backend="fuse_all", mode=..., options=...)`: what is accepted, checked up front."""
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -19,6 +20,7 @@ class Options:
     fallback: bool = True          # on a compile error run the graph in ATen with a warning (False: raise)
     debug: bool = False            # write the debug folder (also FUSE_ALL_DEBUG=1 / TORCH_COMPILE_DEBUG=1)
     progress: bool | None = None   # progress line: None = FUSE_ALL_PROGRESS decides (auto: terminals only)
+    layout_opt: bool | None = None  # channels-last convolutions: None = FUSE_ALL_LAYOUT_OPT decides (default on)
 
 
 def _choices(key: str) -> tuple | None:
@@ -27,7 +29,7 @@ def _choices(key: str) -> tuple | None:
         return ("auto", *target_names())
     return None
 
-_OPTIONAL_BOOLS = {"progress"}
+_OPTIONAL_BOOLS = {"progress", "layout_opt"}
 
 
 def parse(mode=None, options=None) -> Options:
@@ -55,3 +57,13 @@ def parse(mode=None, options=None) -> Options:
             raise OptionError(f"fuse_all: option {key!r} must be one of {', '.join(allowed)}; got {value!r}")
         values[key] = value
     return Options(**values)
+
+
+def resolve_layout_opt(opts: Options, env: Mapping[str, str] | None = None) -> Options:
+    """`layout_opt` settled: the option when given, else FUSE_ALL_LAYOUT_OPT (`0`/`false`/`no`/`off`
+    turn it off; anything else, or unset, leaves it on). Settled before the cache key is made, so that
+    graphs compiled with and without it are never mixed up."""
+    if opts.layout_opt is not None:
+        return opts
+    value = (os.environ if env is None else env).get("FUSE_ALL_LAYOUT_OPT", "").strip().lower()
+    return replace(opts, layout_opt=value not in {"0", "false", "no", "off"})

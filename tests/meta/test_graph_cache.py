@@ -18,8 +18,12 @@ import fuse_all
 from torch._dynamo.utils import counters
 
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32)).eval()
-x = torch.randn(4, 16)
+if len(sys.argv) > 2 and sys.argv[2] == "conv":
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3)).eval()
+    x = torch.randn(2, 3, 10, 10)
+else:
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32)).eval()
+    x = torch.randn(4, 16)
 backend = sys.argv[1]
 with torch.no_grad():
     expected = copy.deepcopy(model).double()(x.double()).float()
@@ -30,16 +34,17 @@ print("@@" + json.dumps({
     "saved": counters["aot_autograd"]["autograd_cache_saved"],
     "error": (got - expected).abs().max().item(),
     "records": [{"from_cache": r.from_cache, "kernels": len(r.kernels), "steps": len(r.steps),
-                 "kernel_type": type(r.kernels[0]).__name__ if r.kernels else None} for r in records],
+                 "kernel_type": type(r.kernels[0]).__name__ if r.kernels else None, "layout": r.layout}
+                for r in records],
 }))
 '''
 
 
-def _run(tmp_path: Path, backend: str = "fuse_all", **env) -> dict:
+def _run(tmp_path: Path, backend: str = "fuse_all", model: str = "mlp", **env) -> dict:
     environ = {**os.environ, "FUSE_ALL_CACHE_DIR": str(tmp_path / "fa"),
                "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
                "FUSE_ALL_FORCE_DISABLE_CACHES": "0", "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "0", **env}
-    proc = subprocess.run([sys.executable, "-c", RUN, backend], capture_output=True, text=True, timeout=300,
+    proc = subprocess.run([sys.executable, "-c", RUN, backend, model], capture_output=True, text=True, timeout=300,
                           env=environ)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
@@ -58,6 +63,17 @@ def test_second_process_loads_the_graph_from_the_cache_and_matches(tmp_path):
     assert record["kernels"] == cold["records"][0]["kernels"] > 0 and record["kernel_type"] == "Kernel"
     assert record["steps"] == cold["records"][0]["steps"]
     assert warm["error"] < 1e-4 and cold["error"] < 1e-4
+
+
+def test_layout_switch_is_part_of_the_key_and_the_decision_survives_a_warm_start(tmp_path):
+    cold = _run(tmp_path, model="conv")
+    assert cold["records"][0]["layout"].startswith("channels-last applied")
+    off = _run(tmp_path, model="conv", FUSE_ALL_LAYOUT_OPT="0")
+    assert off["hits"] == 0 and off["records"][0]["layout"].startswith("channels-last not applied: turned off")
+    warm = _run(tmp_path, model="conv")
+    assert warm["hits"] == 1 and warm["records"][0]["from_cache"]
+    assert warm["records"][0]["layout"] == cold["records"][0]["layout"]
+    assert max(cold["error"], off["error"], warm["error"]) < 1e-4
 
 
 def test_inductor_entries_and_ours_never_mix(tmp_path):

@@ -161,11 +161,37 @@ def _aten_compiler(kind: str, described: _Described, compile_graph: CompileGraph
             size_hints=_size_hints(gm, example_inputs),
             graph_break=dynamo_graph.graph_break,
             device=graph_device(list(example_inputs), gm),
+            saved_layout_free=kind == "forward" and compat.output_strides_listened(),
         )
-        return _boxed(compile_graph(graph))
+        traced_strides = _output_strides(gm) if kind == "forward" else None
+        compiled = _boxed(compile_graph(graph))
+        if traced_strides is not None:
+            _report_changed_output_strides(gm, traced_strides)
+        return compiled
 
     compile_aten.__name__ = f"fuse_all_{kind}_compiler"
     return compile_aten
+
+
+def _output_strides(gm: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:
+    """Each output's strides as plain ints (None: not a tensor, or symbolic strides)."""
+    strides: list[tuple[int, ...] | None] = []
+    for arg in gm.graph.find_nodes(op="output")[0].args[0]:
+        val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or compat.free_symbol_names([val]):
+            strides.append(None)
+        else:
+            strides.append(tuple(int(s) for s in val.stride()))
+    return strides
+
+
+def _report_changed_output_strides(gm: torch.fx.GraphModule, traced: list[tuple[int, ...] | None]) -> None:
+    """A compiler may give a forward's saved activations another layout (fuse_all's channels-last
+    convolutions); AOTAutograd then needs their real strides for the backward's example inputs."""
+    now = _output_strides(gm)
+    if now != traced:
+        compat.report_output_strides([s if s != t or s is None else None for s, t in zip(now, traced)]
+                                     if len(now) == len(traced) else now)
 
 
 def _size_hints(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> dict[str, int]:

@@ -69,6 +69,35 @@ def static_input_indices(meta: Any) -> list[int]:
     return list(getattr(meta, "static_input_indices", None) or [])
 
 
+def output_strides_listened() -> bool:
+    """Whether AOTAutograd is listening for the output strides of the forward being compiled."""
+    try:
+        from torch._guards import TracingContext
+    except ImportError:
+        return False
+    context = TracingContext.try_get()
+    listening = getattr(context, "output_strides", None) if context is not None else None
+    return listening is not None and len(listening) == 0
+
+
+def report_output_strides(strides: list) -> bool:
+    """Tell AOTAutograd the strides a forward graph's compiled outputs really have (None: as traced), as
+    Inductor does after layout optimisation: AOTAutograd restrides the backward's example inputs (the saved
+    activations) to them before the backward is compiled (torch 2.11 and 2.14: graph_compile.py,
+    `_aot_stage2b_bw_compile`, reading `TracingContext.report_output_strides()`). False when no compile
+    context is listening (or another compiler reported already)."""
+    try:
+        from torch._guards import TracingContext
+    except ImportError:
+        return False
+    context = TracingContext.try_get()
+    listening = getattr(context, "output_strides", None) if context is not None else None
+    if listening is None or len(listening) != 0:
+        return False
+    listening.extend(strides)
+    return True
+
+
 def written_argument_positions(target: Any) -> list[int]:
     """Positions of the arguments an ATen op writes (`Tensor(a!)` in its schema), e.g. [0] for copy_."""
     schema = getattr(target, "_schema", None)

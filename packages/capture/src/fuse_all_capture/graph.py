@@ -31,6 +31,9 @@ class CapturedGraph:
     size_hints: dict[str, int] = field(default_factory=dict)  # size symbol name -> the example value traced with
     graph_break: dict[str, Any] | None = None   # {file, line, reason} of the break that ended the Dynamo graph
     device: str = "cpu"                         # device of the first tensor input (or output), e.g. "cuda:0"
+    # forward graphs: the compiler may give saved activations (outputs past num_fwd_outputs) other strides
+    # than traced; capture then tells AOTAutograd, which restrides the backward's example inputs to match
+    saved_layout_free: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in GRAPH_KINDS:

@@ -1,18 +1,30 @@
-"""Channels-last activations for convolution graphs on CPU (Inductor's layout optimisation, CPU rule).
+"""Channels-last activations for convolution graphs (Inductor's layout optimisation).
 
-oneDNN's convolutions are much faster on NHWC activations than on NCHW ones (MobileNetV2 1x3x128x128, one
-thread: its 3x3 depthwise convolutions 2.4 ms -> 0.38 ms per call in all), and ATen picks NHWC whenever the
-input is channels-last. So before lowering, each 4-D convolution input that is not channels-last is cloned
-to channels-last, and fake-tensor propagation re-derives every downstream stride: pointwise kernels then
-keep NHWC (TensorIterator's rule, which the lowering follows through `meta["val"]`), and only the graph's
-first convolution pays a layout copy. Graph outputs keep the strides they had (a clone back where they
-changed), so callers see no difference. Inference graphs only: a forward's saved activations must keep the
-layout its separately traced backward expects.
+oneDNN's and cuDNN's convolutions are much faster on NHWC activations than on NCHW ones (MobileNetV2
+1x3x128x128 on CPU, one thread: its 3x3 depthwise convolutions 2.4 ms -> 0.38 ms per call in all), and ATen
+picks NHWC whenever the input is channels-last. So, where `decide_channels_last` says so, each 4-D
+convolution input that is not channels-last is cloned to channels-last before lowering, and fake-tensor
+propagation re-derives every downstream stride: pointwise kernels then keep NHWC (TensorIterator's rule,
+which the lowering follows through `meta["val"]`), and only the graph's first convolution pays a layout copy.
+
+Weights stay as they are: cuDNN and oneDNN pick NHWC when either operand is channels-last and convert the
+weight themselves, which is the same per-call copy that Inductor's `require_channels_last(weight)` makes.
+A cached converted copy would save it, but parameters are graph inputs whose values may change in place
+between calls (optimizer steps, `load_state_dict`) without changing their storage, which a CUDA graph
+replay cannot notice.
+
+What the caller sees keeps the strides it had: every user-visible output (all outputs of an inference graph,
+the first `num_user_outputs` of a training forward) is cloned back where its strides changed. A training
+forward's saved activations stay channels-last: AOTAutograd restrides the backward's example inputs to the
+strides the forward compiler reports (`fuse_all_capture` reports them), and `adopt_input_strides` re-derives
+the backward graph's strides from those inputs before it is lowered.
 """
 from __future__ import annotations
 
 import torch
 import torch.fx
+
+from .layout_decision import LayoutDecision, decide_channels_last
 
 aten = torch.ops.aten
 
@@ -30,16 +42,20 @@ def _convolution_inputs(gm: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, t
             continue
         x, transposed = node.args[0], node.args[6]
         val = _tensor(x)
-        if transposed or val is None or val.dim() != 4 or val.device.type != "cpu":
+        if transposed or val is None or val.dim() != 4:
             continue
         if not val.is_contiguous(memory_format=torch.channels_last):
             found.append((node, x))
     return found
 
 
+def _outputs(gm: torch.fx.GraphModule) -> list:
+    (output,) = gm.graph.find_nodes(op="output")
+    return list(output.args[0])
+
+
 def _output_strides(gm: torch.fx.GraphModule) -> list:
-    (output,) = [n for n in gm.graph.nodes if n.op == "output"]
-    return [tuple(v.stride()) if (v := _tensor(a)) is not None else None for a in output.args[0]]
+    return [tuple(v.stride()) if (v := _tensor(a)) is not None else None for a in _outputs(gm)]
 
 
 def _propagate(gm: torch.fx.GraphModule, example_inputs, fake_mode) -> None:
@@ -47,45 +63,105 @@ def _propagate(gm: torch.fx.GraphModule, example_inputs, fake_mode) -> None:
     FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*example_inputs)
 
 
-def prefer_channels_last(gm: torch.fx.GraphModule, example_inputs) -> bool:
-    """Rewrite an inference graph so its convolutions see channels-last activations; True when it did.
-    Leaves the graph as it was when the inputs are not fake tensors of one mode, when oneDNN is missing, or
-    when an output's strides cannot be restored."""
-    if not (torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()):
-        return False
+def _fake_mode(example_inputs):
+    from torch._guards import detect_fake_mode
+    return detect_fake_mode(list(example_inputs))
+
+
+def prefer_channels_last(gm: torch.fx.GraphModule, example_inputs, *, is_inference: bool = True,
+                         num_user_outputs: int | None = None) -> LayoutDecision:
+    """Rewrite an inference graph or a training forward so its convolutions see channels-last activations
+    where `decide_channels_last` says so. `num_user_outputs`: a training forward's outputs the user sees
+    (the rest are saved for the backward and may change layout); None: all. The graph is left as it was
+    when the inputs are not fake tensors of one mode or a user-visible output's strides cannot be restored."""
+    decision = decide_channels_last(gm, is_inference)
+    if not decision:
+        return decision
     convs = _convolution_inputs(gm)
     if not convs:
-        return False
-    from torch._guards import detect_fake_mode
-    fake_mode = detect_fake_mode(list(example_inputs))
+        return LayoutDecision(False, f"{decision.reason}; but every convolution input is channels-last already")
+    fake_mode = _fake_mode(example_inputs)
     if fake_mode is None:
-        return False
+        return LayoutDecision(False, f"{decision.reason}; but the inputs are not fake tensors of one mode")
     before = _output_strides(gm)
+    visible = range(len(before) if num_user_outputs is None else min(num_user_outputs, len(before)))
     graph = gm.graph
     added: list[torch.fx.Node] = []
+    clones: dict[torch.fx.Node, torch.fx.Node] = {}   # one copy per activation, however many convolutions read it
     for conv, x in convs:
-        with graph.inserting_before(conv):
-            clone = graph.call_function(aten.clone.default, (x,), {"memory_format": torch.channels_last})
-        conv.replace_input_with(x, clone)
-        added.append(clone)
+        if x not in clones:
+            with graph.inserting_before(conv):
+                clones[x] = graph.call_function(aten.clone.default, (x,), {"memory_format": torch.channels_last})
+            added.append(clones[x])
+        conv.replace_input_with(x, clones[x])
     try:
         _propagate(gm, example_inputs, fake_mode)
-        _restore_output_strides(gm, before, added)
+        _drop_copies_of_channels_last(gm, added)
+        copies = len(added)
+        _restore_output_strides(gm, before, visible, added, strict=True)
         _propagate(gm, example_inputs, fake_mode)
-        if _output_strides(gm) != before:
+        after = _output_strides(gm)
+        if any(after[i] != before[i] for i in visible):
             raise ValueError("output strides changed")
-    except Exception:  # noqa: BLE001 - any doubt (symbolic strides included): the graph as traced
+        _check_saved_strides_are_static(gm, before, after)
+    except Exception as exc:  # noqa: BLE001 - any doubt (symbolic strides included): the graph as traced
         _undo(gm, added, example_inputs, fake_mode)
+        return LayoutDecision(False, f"{decision.reason}; but the rewrite was undone ({type(exc).__name__}: "
+                                     f"{str(exc).splitlines()[0] if str(exc) else ''})")
+    gm.recompile()
+    return LayoutDecision(True, f"{decision.reason}; {copies} layout cop{'y' if copies == 1 else 'ies'} "
+                                f"of convolution inputs")
+
+
+def _drop_copies_of_channels_last(gm: torch.fx.GraphModule, added: list) -> None:
+    """Once strides are propagated, most convolution inputs are channels-last already (outputs of earlier
+    channels-last convolutions and the pointwise ops after them): their copies go."""
+    for clone in list(added):
+        source = _tensor(clone.args[0])
+        if source is not None and tuple(source.stride()) == tuple(_tensor(clone).stride()):
+            clone.replace_all_uses_with(clone.args[0])
+            gm.graph.erase_node(clone)
+            added.remove(clone)
+
+
+def _check_saved_strides_are_static(gm: torch.fx.GraphModule, before: list, after: list) -> None:
+    """Saved activations that changed layout must have plain-int strides: AOTAutograd restrides the
+    backward's inputs only to strides the forward compiler reports as numbers, and a backward compiled
+    for the traced strides would misread channels-last ones."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+    for i, (old, new) in enumerate(zip(before, after)):
+        if old != new and free_symbols(_tensor(_outputs(gm)[i])):
+            raise ValueError(f"saved output {i} would change layout with symbolic strides")
+
+
+def adopt_input_strides(gm: torch.fx.GraphModule, example_inputs) -> bool:
+    """A backward graph whose example inputs (the forward's saved activations, restrided by AOTAutograd to
+    what the forward compiler produced) have other strides than its placeholders were traced with: re-derive
+    every stride from the inputs, and clone outputs (gradients) back to their traced strides where a memory
+    format restores them. True when the graph changed."""
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    if not any(isinstance(e, torch.Tensor) and (v := _tensor(p)) is not None and tuple(v.stride()) != tuple(e.stride())
+               for p, e in zip(placeholders, example_inputs)):
         return False
+    fake_mode = _fake_mode(example_inputs)
+    if fake_mode is None:
+        raise ValueError("the backward's example inputs have new strides but are not fake tensors of one mode")
+    before = _output_strides(gm)
+    _propagate(gm, example_inputs, fake_mode)
+    if _restore_output_strides(gm, before, range(len(before)), [], strict=False):
+        _propagate(gm, example_inputs, fake_mode)
     gm.recompile()
     return True
 
 
-def _restore_output_strides(gm: torch.fx.GraphModule, before: list, added: list) -> None:
-    """A clone to the original memory format for every output whose strides changed."""
-    (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+def _restore_output_strides(gm: torch.fx.GraphModule, before: list, indices, added: list, *, strict: bool) -> int:
+    """A clone to the original memory format for every output in `indices` whose strides changed; how many.
+    `strict`: raise for strides that no memory format restores (else such an output keeps its new strides)."""
+    (output,) = gm.graph.find_nodes(op="output")
     outs = list(output.args[0])
-    for i, (arg, strides) in enumerate(zip(outs, before)):
+    restored = 0
+    for i in indices:
+        arg, strides = outs[i], before[i]
         val = _tensor(arg)
         if val is None or strides is None or tuple(val.stride()) == strides:
             continue
@@ -93,11 +169,15 @@ def _restore_output_strides(gm: torch.fx.GraphModule, before: list, added: list)
         formats = (torch.contiguous_format, torch.channels_last) if val.dim() == 4 else (torch.contiguous_format,)
         fmt = next((f for f in formats if probe.is_contiguous(memory_format=f)), None)
         if fmt is None:
-            raise ValueError(f"output {i} had strides {strides} that no memory format restores")
+            if strict:
+                raise ValueError(f"output {i} had strides {strides} that no memory format restores")
+            continue
         with gm.graph.inserting_before(output):
             outs[i] = gm.graph.call_function(aten.clone.default, (arg,), {"memory_format": fmt})
         added.append(outs[i])
+        restored += 1
     output.args = (type(output.args[0])(outs),) + tuple(output.args[1:])
+    return restored
 
 
 def _undo(gm: torch.fx.GraphModule, added: list, example_inputs, fake_mode) -> None:

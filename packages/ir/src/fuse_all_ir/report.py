@@ -15,6 +15,7 @@ class FusionReport:
     externs: list = field(default_factory=list)     # dicts: target, reason, origins
     inlined: int = 0                                # ATen ops folded into their single consumer's expression
     siblings_kept_apart: list = field(default_factory=list)   # dicts: first, second (node names), reason
+    layout: str = ""                                # the channels-last decision (fuse_all_ir.layout), if made
 
     def reject(self, producer: str, consumer: str, reason: str, origins=()):
         self.rejected.append({"producer": producer, "consumer": consumer, "reason": reason,
@@ -30,11 +31,14 @@ class FusionReport:
                           "source_lines": lines(r["origins"])} for r in self.rejected],
             "inlined_ops": self.inlined,
             "siblings_kept_apart": [dict(s) for s in self.siblings_kept_apart],
+            "layout": self.layout,
         }
 
     def to_text(self) -> str:
         out = [f"fusion report: {len(self.groups)} kernels, {len(self.externs)} ATen calls, "
                f"{self.inlined} ops inlined into their consumer", ""]
+        if self.layout:
+            out[1:1] = [f"layout: {self.layout}"]
         for g in self.groups:
             out.append(f"{g['kernel']}: {g['why']}")
             out.append(f"    nodes: {', '.join(g['nodes'])}")

@@ -1,0 +1,118 @@
+"""`prefer_channels_last` and `adopt_input_strides` on graphs traced with fake CUDA tensors (no GPU needed:
+fake tensors take cuDNN's layout rules), so the GPU path of the rewrite is checked on CPU machines too:
+where the copies go, which outputs keep their strides, what a backward re-derives from its inputs."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from fuse_all_ir import adopt_input_strides, prefer_channels_last
+
+aten = torch.ops.aten
+
+
+
+@pytest.fixture(autouse=True)
+def cuda_training_rules(monkeypatch):
+    """The ported rules themselves: CUDA training is switched off by `CUDA_TRAINING_WRONG_GRADIENTS` (a known
+    wrong-gradient bug on the H200); `test_cuda_training_is_off_while_its_gradients_are_wrong` checks that."""
+    from fuse_all_ir import layout_decision
+    monkeypatch.setattr(layout_decision, "CUDA_TRAINING_WRONG_GRADIENTS", False)
+
+def _is_nhwc(t: torch.Tensor) -> bool:
+    return t.stride(1) == 1 and t.is_contiguous(memory_format=torch.channels_last)
+
+
+def _fake_cuda(*shapes, memory_format=torch.contiguous_format):
+    mode = FakeTensorMode()
+    with mode:
+        try:
+            values = [torch.empty(s, device="cuda") for s in shapes]
+        except (RuntimeError, AssertionError) as exc:   # a torch built without CUDA
+            pytest.skip(f"no fake CUDA tensors here: {exc}")
+        values[0] = values[0].contiguous(memory_format=memory_format)
+    return mode, values
+
+
+def block(x, w1, w2):
+    a = F.conv2d(x, w1, padding=1).relu()
+    b = F.conv2d(a, w2, padding=1)
+    return b.sigmoid(), a, b          # (user output, then two "saved activations" of a training forward)
+
+
+def _trace(fn, mode, values):
+    with mode:
+        return make_fx(fn)(*values)
+
+
+def _outputs(gm):
+    return [n.meta["val"] for n in gm.graph.find_nodes(op="output")[0].args[0]]
+
+
+def _clones(gm):
+    return [n for n in gm.graph.nodes if n.target is aten.clone.default]
+
+
+SHAPES = [(4, 3, 32, 32), (96, 3, 3, 3), (128, 96, 3, 3)]
+
+
+def test_inference_graph_copies_the_input_once_and_restores_every_output():
+    mode, values = _fake_cuda(*SHAPES)
+    gm = _trace(block, mode, values)
+    traced = [o.stride() for o in _outputs(gm)]
+    decision = prefer_channels_last(gm, values, is_inference=True)
+    assert decision and decision.reason.endswith("1 layout copy of convolution inputs"), decision
+    convs = [n for n in gm.graph.nodes if n.target is aten.convolution.default]
+    assert all(_is_nhwc(c.meta["val"]) for c in convs)
+    assert convs[0].args[0].target is aten.clone.default and convs[1].args[0].target is aten.relu.default
+    assert [o.stride() for o in _outputs(gm)] == traced
+    assert len(_clones(gm)) == 4      # the input copy and three outputs back to NCHW
+
+
+def test_training_forward_keeps_saved_activations_channels_last():
+    mode, values = _fake_cuda(*SHAPES)
+    gm = _trace(block, mode, values)
+    traced = [o.stride() for o in _outputs(gm)]
+    decision = prefer_channels_last(gm, values, is_inference=False, num_user_outputs=1)
+    assert decision.reason.startswith("training with 2 convolutions"), decision
+    user, *saved = _outputs(gm)
+    assert user.stride() == traced[0]
+    assert all(_is_nhwc(s) for s in saved)
+    assert len(_clones(gm)) == 2      # the input copy and the user output back to NCHW
+
+
+def test_refused_and_already_channels_last_leave_the_graph_alone():
+    mode, values = _fake_cuda((4, 3, 32, 32), (16, 3, 3, 3), (32, 16, 3, 3))
+    gm = _trace(block, mode, values)
+    code = gm.code
+    decision = prefer_channels_last(gm, values, is_inference=False)
+    assert not decision and "<=64" in decision.reason and gm.code == code
+    mode, values = _fake_cuda(*SHAPES, memory_format=torch.channels_last)
+    gm = _trace(block, mode, values)
+    decision = prefer_channels_last(gm, values, is_inference=True)
+    assert not decision and "channels-last already" in decision.reason and not _clones(gm)
+
+
+def backward_like(grad, a, w):
+    """What a backward does with a saved activation: a convolution backward and pointwise ops."""
+    grad_input, grad_weight, _ = aten.convolution_backward(grad, a, w, None, [1, 1], [1, 1], [1, 1], False,
+                                                           [0, 0], 1, [True, True, False])
+    return grad_input * (a > 0), grad_weight
+
+
+def test_backward_re_derives_strides_from_its_real_inputs():
+    mode, values = _fake_cuda((4, 128, 32, 32), (4, 96, 32, 32), (128, 96, 3, 3))
+    gm = _trace(backward_like, mode, values)
+    traced = [o.stride() for o in _outputs(gm)]
+    assert not adopt_input_strides(gm, values)            # inputs as traced: nothing to do
+    with mode:
+        real = [v.contiguous(memory_format=torch.channels_last) for v in values[:2]] + [values[2]]
+    assert adopt_input_strides(gm, real)
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    assert all(_is_nhwc(p.meta["val"]) for p in placeholders[:2])
+    conv_backward = next(n for n in gm.graph.nodes if n.target is aten.convolution_backward.default)
+    assert _is_nhwc(conv_backward.meta["val"][0])         # cuDNN's backward runs NHWC now
+    assert [o.stride() for o in _outputs(gm)] == traced   # gradients keep the strides they were traced with
