@@ -6,55 +6,10 @@ import os
 
 import pytest
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import fuse_all
 from fuse_all_optest import BOTH, check, make
-
-
-def _randomise_batch_norms(module: nn.Module) -> nn.Module:
-    """Running statistics and affine parameters that are not the identity (the defaults would hide a
-    normalisation that read the wrong element)."""
-    for m in module.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.normal_()
-            m.running_var.uniform_(0.5, 2.0)
-            m.weight.data.normal_()
-            m.bias.data.normal_()
-    return module.eval()
-
-
-class ConvBnRelu(nn.Module):
-    def __init__(self, cin, cout, stride=1):
-        super().__init__()
-        self.conv = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
-        self.bn = nn.BatchNorm2d(cout)
-
-    def forward(self, x):
-        return F.relu(self.bn(self.conv(x)))
-
-
-class BasicBlock(nn.Module):
-    """ResNet's basic block: conv-bn-relu, conv-bn, + identity (or a strided 1x1 conv-bn), relu."""
-
-    def __init__(self, cin, cout, stride=1):
-        super().__init__()
-        self.first = ConvBnRelu(cin, cout, stride)
-        self.conv = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
-        self.bn = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        identity = x if self.down is None else self.down(x)
-        return F.relu(self.bn(self.conv(self.first(x))) + identity)
-
-
-def _net():
-    return _randomise_batch_norms(nn.Sequential(ConvBnRelu(3, 8), BasicBlock(8, 8), BasicBlock(8, 16, stride=2),
-                                                BasicBlock(16, 16), nn.AdaptiveAvgPool2d(1), nn.Flatten()))
+from tiny_resnet import tiny_resnet
 
 
 def _host_program() -> str:
@@ -72,7 +27,7 @@ def _call_body(source: str) -> str:
 @pytest.mark.parametrize("codegen", BOTH)
 def test_conv_batchnorm_relu_and_residual_blocks_in_inference(codegen, layout):
     torch.manual_seed(0)
-    net = _net()
+    net = tiny_resnet()
     x = make((2, 3, 12, 12), layout=layout)
     with torch.no_grad():
         check(net, x, codegen=codegen)
@@ -110,7 +65,7 @@ def test_reuse_off_turns_in_place_off_too(monkeypatch):
     monkeypatch.setenv("FUSE_ALL_REUSE_BUFFERS", "0")
     torch.manual_seed(0)
     with torch.no_grad():
-        check(_net(), make((2, 3, 12, 12), layout="channels_last"))
+        check(tiny_resnet(), make((2, 3, 12, 12), layout="channels_last"))
     body = _call_body(_host_program())
     assert "in place" not in body and "# reuse" not in body
     assert os.environ["FUSE_ALL_REUSE_BUFFERS"] == "0"
