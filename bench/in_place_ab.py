@@ -12,7 +12,6 @@ own workspaces (oneDNN's) are not seen.
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import statistics
 import sys
@@ -83,8 +82,11 @@ def compile_variant(instance, variant: str):
     if variant == "pool":
         memory._in_place_donor = lambda *a, **k: None
     try:
-        target = copy.deepcopy(instance.target) if isinstance(instance.target, torch.nn.Module) else instance.target
-        fn = torch.compile(target, backend="fuse_all")
+        # a function of its own per variant: Dynamo keeps one compiled entry per code object (a module's
+        # copy would hit the first variant's entry: parameters are graph inputs, not guarded by identity)
+        scope = {"target": instance.target}
+        exec(f"def run_{variant.replace('+', '_')}(*inputs):\n    return target(*inputs)\n", scope)  # noqa: S102
+        fn = torch.compile(scope[f"run_{variant.replace('+', '_')}"], backend="fuse_all")
         instance.step(fn)
     finally:
         ir.lower, memory._in_place_donor = real_lower, real_donor
@@ -100,6 +102,7 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=10, help="calls per variant per round")
     args = p.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"     # each variant compiles (no graph from the cache)
     import torch
     torch.set_num_threads(args.threads)
     import workloads
