@@ -341,6 +341,8 @@ def test_a_pointwise_kernel_writes_in_place_of_an_input_dying_with_it():
     assert "buf2 = buf1; del buf1  # reuses buf1 in place" in source
     assert source.count("empty_strided_cpu(") == 2      # buf1 only, in `call` and `_call_profiled`
     assert "in place: buf2 holds buf1's values" in ir.format_program(planned)
+    from fuse_all import provenance
+    assert provenance.kernel_bytes(planned, kernel) == 3 * 64     # arg0 read; buf2 read, then written
     got, = run(planned, [x])
     torch.testing.assert_close(got, 2 * x + x)
 
