@@ -563,6 +563,49 @@ def twenty_kernels(device, count=20):
     return Example(p, [x], expected)
 
 
+def in_place(device):
+    """Kernels writing their output in place of an input that dies with them (fuse_all_ir.in_place, planned
+    by `memory.plan_reuse`): each reads the input through its output, only at the element it writes,
+    before writing it. buf0 = exp(x); buf1 = buf0 / row sums (a row reduction, three reads of each
+    element before the write); buf2 = buf1 / column maxima (a column reduction); out = 2 * buf2 + x."""
+    from fuse_all_ir import Alloc, KernelCall
+    from fuse_all_ir.memory import plan_reuse
+
+    R = 67
+    row, col = x0 * s0 + r0, r0 * s0 + x0
+    k0 = pointwise("kernel_0", [R, s0], [Load("a", "arg0", x0 * s0 + x1, "float32"), Compute("e", "exp", ("a",), "float32"),
+                                         Store("buf0", x0 * s0 + x1, "e")], ["arg0"], ["buf0"], [s0])
+    k1 = Kernel("kernel_1", (sympy.Integer(R),), (s0,), [
+        Loop(True, [Load("a", "buf0", row, "float32"), Reduce("s", "sum", "a", "float32")]),
+        Loop(True, [Load("b", "buf0", row, "float32"), Compute("c", "truediv", ("b", "s"), "float32"),
+                    Store("buf1", row, "c")]),
+    ], ("buf0",), ("buf1",), (s0,))
+    k2 = Kernel("kernel_2", (s0,), (sympy.Integer(R),), [
+        Loop(True, [Load("a", "buf1", col, "float32"), Reduce("m", "max", "a", "float32")]),
+        Loop(True, [Load("b", "buf1", col, "float32"), Compute("c", "truediv", ("b", "m"), "float32"),
+                    Store("buf2", col, "c")]),
+    ], ("buf1",), ("buf2",), (s0,))
+    k3 = pointwise("kernel_3", [R, s0], [Load("a", "buf2", x0 * s0 + x1, "float32"), Const("two", 2.0, "float32"),
+                                         Compute("b", "mul", ("a", "two"), "float32"),
+                                         Load("x", "arg0", x0 * s0 + x1, "float32"), Compute("c", "add", ("b", "x"), "float32"),
+                                         Store("buf3", x0 * s0 + x1, "c")], ["buf2", "arg0"], ["buf3"], [s0])
+    layout = spec("float32", [R, s0])
+    p = program("in_place", device, {"arg0": layout}, {"buf3": layout}, [k0, k1, k2, k3],
+                temps={"buf0": layout, "buf1": layout, "buf2": layout},
+                size_symbols={s0: "arg0.size(1)"}, size_hints={s0: 301})
+    p.steps = [Alloc("buf0"), KernelCall("kernel_0"), Alloc("buf1"), KernelCall("kernel_1"), Free("buf0"),
+               Alloc("buf2"), KernelCall("kernel_2"), Free("buf1"), Alloc("buf3"), KernelCall("kernel_3"), Free("buf2")]
+    plan_reuse(p)
+    taken = {s.buffer: s.reuse for s in p.steps if isinstance(s, Alloc) and s.in_place}
+    assert taken == {"buf1": "buf0", "buf2": "buf1", "buf3": "buf2"}, p.steps
+
+    def expected(ins):
+        e = ins[0].exp()
+        e = e / e.sum(-1, keepdim=True)
+        return (2 * (e / e.amax(0, keepdim=True)) + ins[0],)
+    return Example(p, [nonzero_randn(R, 301, device=device)], expected, rtol=1e-5, atol=1e-5)
+
+
 EXAMPLES: dict[str, Callable[[str], Example]] = {
     "cos_sin": cos_sin,
     "broadcast_add_transposed": broadcast_add_transposed,
@@ -594,4 +637,5 @@ EXAMPLES: dict[str, Callable[[str], Example]] = {
     "column_reductions": column_reductions,
     "unit_and_mergeable_dims": unit_and_mergeable_dims,
     "twenty_kernels": twenty_kernels,
+    "in_place": in_place,
 }

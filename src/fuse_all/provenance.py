@@ -42,9 +42,9 @@ def output_code_lines(output_code: str | None, names: Iterable[str]) -> dict[str
 
 
 def kernel_bytes(program: Any, kernel: Any) -> int | None:
-    """Bytes one launch of `kernel` reads and writes: each distinct buffer it takes, whole, at the sizes the
-    graph was compiled for (size hints for dynamic sizes). The denominator of achieved bandwidth; None when
-    a size is unknown."""
+    """Bytes one launch of `kernel` reads and writes: each distinct buffer it takes, whole (twice for one it
+    updates in place: read, then written), at the sizes the graph was compiled for (size hints for dynamic
+    sizes). The denominator of achieved bandwidth; None when a size is unknown."""
     import sympy
 
     from fuse_all_ir import torch_dtype
@@ -57,7 +57,9 @@ def kernel_bytes(program: Any, kernel: Any) -> int | None:
     specs.update(getattr(program, "buffers", {}))
     hints = getattr(program, "size_hints", {})
     total = 0
-    for name in dict.fromkeys([*kernel.inputs, *kernel.outputs]):
+    # an output written in place of an input is read (the input's values) and written: it counts twice
+    in_place = [output for output, _ in getattr(kernel, "in_place", ())]
+    for name in [*dict.fromkeys([*kernel.inputs, *kernel.outputs]), *in_place]:
         spec = specs.get(name)
         if spec is None:
             continue  # a constant embedded in the host program: small

@@ -11,6 +11,7 @@ import torch
 import fuse_all_ir as ir
 from fuse_all_codegen_cpp import CppTarget
 from fuse_all_ir import Alloc, BufferRef, ExternCall, Free, KernelCall, Load, Compute, Store, xvar
+from fuse_all_ir import in_place
 from fuse_all_ir.memory import extern_may_alias, plan_reuse, storage_elements
 from kernel_program_builders import pointwise, program, spec
 from ir_testing import lower
@@ -63,7 +64,7 @@ def test_a_chain_reuses_dead_buffers_and_computes_the_same(nonzero):
     source = ir.render_host_program(planned.program, CppTarget())
     assert "# reuse" in source and "empty_strided_cpu(" in source
     receiver, donor = next(iter(taken.items()))
-    assert f"alloc {receiver} (reusing the memory of {donor})" in ir.format_program(planned.program)
+    assert f"alloc {receiver} (reusing the memory of {donor}" in ir.format_program(planned.program)
 
 
 def test_graph_outputs_and_inputs_never_give_their_memory(nonzero):
@@ -100,7 +101,7 @@ def test_an_output_takes_only_memory_of_its_own_exact_layout(nonzero):
 
 def test_a_buffer_of_another_shape_over_as_many_elements_is_reinterpreted(nonzero):
     def f(x, w, v):
-        a = (x @ w).sin()                              # (8, 8): dies at the next matmul
+        a = (x.t() * x).sin()                          # (8, 8), host-allocated: dies at the next matmul
         b = (a @ w).reshape(4, 16).cos()               # (4, 16): 64 elements, a kernel's own buffer
         return (b @ v,)
     x, w, v = nonzero(8, 8), nonzero(8, 8), nonzero(16, 8)
@@ -183,7 +184,8 @@ def test_validation_rejects_reusing_an_output_or_a_buffer_read_later(nonzero):
     # after a reuse the donor is dead: any later use of it is rejected like a use of a freed buffer
     planned = lower(chain, x, w).program
     at, step = next((i, s) for i, s in enumerate(planned.steps) if isinstance(s, Alloc) and s.reuse)
-    broken = planned.steps[:at + 1] + [Free(step.reuse)] + planned.steps[at + 1:]
+    call = next(i for i in range(at, len(planned.steps)) if isinstance(planned.steps[i], KernelCall))
+    broken = planned.steps[:call + 1] + [Free(step.reuse)] + planned.steps[call + 1:]
     try:
         ir.validate_program(dataclasses.replace(planned, steps=broken))
     except ir.InvalidProgram as e:
@@ -280,3 +282,221 @@ def test_an_aten_result_on_another_device_never_gives_its_memory():
     x = torch.randn(4, 4)
     got, = run(build("cpu"), [x])
     torch.testing.assert_close(got, x.t() * 30)     # transposed three times
+
+
+# ---- in place: an output takes the memory of an input that dies with its kernel (fuse_all_ir.in_place) ----
+
+X0, X1, R0 = xvar(0), xvar(1), ir.rvar(0)
+
+
+def in_place_pairs(prog: ir.Program) -> dict[str, str]:
+    """receiver -> donor, for the in-place reuses"""
+    return {s.buffer: s.reuse for s in prog.steps if isinstance(s, Alloc) and s.in_place}
+
+
+def _producer() -> ir.Kernel:
+    """buf1 = 2 * arg0 (4x4, host-allocated)"""
+    return pointwise("kernel_0", (4, 4), [Load("a", "arg0", 4 * X0 + X1, "float32"), ir.Const("two", 2.0, "float32"),
+                                          Compute("b", "mul", ("a", "two"), "float32"), Store("buf1", 4 * X0 + X1, "b")],
+                     ["arg0"], ["buf1"])
+
+
+def _consumer_program(consumer: ir.Kernel, extra_steps=(), buf1_spec=None, outputs=("buf2",)) -> ir.Program:
+    """kernel_0 writes buf1 from arg0; `consumer` (kernel_1) reads buf1 (and arg0) and writes buf2, the
+    graph output; buf1 dies at kernel_1 unless the graph returns it too."""
+    buf1_spec = buf1_spec or spec("float32", (4, 4))
+    prog = program("g", "cpu", {"arg0": spec("float32", (4, 4))}, {"buf2": spec("float32", (4, 4))},
+                   [_producer(), consumer], temps={"buf1": buf1_spec})
+    prog.outputs = [BufferRef(o) for o in outputs]
+    freed = [] if "buf1" in outputs else [Free("buf1")]
+    prog.steps = [Alloc("buf1"), KernelCall("kernel_0"), *extra_steps, Alloc("buf2"), KernelCall("kernel_1"), *freed]
+    return prog
+
+
+def _pointwise_consumer(index, mask_expr=None) -> ir.Kernel:
+    """buf2[x0, x1] = buf1[index] + arg0[x0, x1] (buf1 masked to 0 where `mask_expr` is False)"""
+    body = []
+    if mask_expr is not None:
+        body.append(ir.IndexValue("m", mask_expr, "bool"))
+    body += [Load("a", "buf1", index, "float32", mask="m" if mask_expr is not None else None),
+             Load("c", "arg0", 4 * X0 + X1, "float32"), Compute("b", "add", ("a", "c"), "float32"),
+             Store("buf2", 4 * X0 + X1, "b")]
+    return pointwise("kernel_1", (4, 4), body, ["buf1", "arg0"], ["buf2"])
+
+
+def _planned(prog: ir.Program) -> ir.Program:
+    planned = plan_reuse(prog)
+    ir.validate_program(planned)
+    return planned
+
+
+def test_a_pointwise_kernel_writes_in_place_of_an_input_dying_with_it():
+    x = torch.randn(4, 4)
+    planned = _planned(_consumer_program(_pointwise_consumer(4 * X0 + X1)))
+    assert in_place_pairs(planned) == {"buf2": "buf1"}
+    kernel = planned.kernels["kernel_1"]
+    assert kernel.in_place == (("buf2", "buf1"),) and kernel.inputs == ("arg0",)   # read through buf2
+    assert not any(isinstance(s, Free) and s.buffer == "buf1" for s in planned.steps)
+    source = ir.render_host_program(planned, CppTarget())
+    assert "buf2 = buf1; del buf1  # reuses buf1 in place" in source
+    assert source.count("empty_strided_cpu(") == 2      # buf1 only, in `call` and `_call_profiled`
+    assert "in place: buf2 holds buf1's values" in ir.format_program(planned)
+    from fuse_all import provenance
+    assert provenance.kernel_bytes(planned, kernel) == 3 * 64     # arg0 read; buf2 read, then written
+    got, = run(planned, [x])
+    torch.testing.assert_close(got, 2 * x + x)
+
+
+def _reduction_kernel(loops, reduction=(4,), outer=(4,)) -> ir.Kernel:
+    return ir.Kernel("kernel_1", tuple(sympy.sympify(n) for n in outer), tuple(sympy.sympify(n) for n in reduction),
+                     loops, ("buf1",), ("buf2",), ())
+
+
+def test_a_row_reduction_reading_the_element_it_later_writes_is_in_place():
+    """buf2 = buf1 - sum(buf1, -1): each row is read whole (phase 0) before any of it is written (phase
+    1), by the one kernel point that owns the row."""
+    kernel = _reduction_kernel([
+        ir.Loop(True, [Load("a", "buf1", 4 * X0 + R0, "float32"), ir.Reduce("s", "sum", "a", "float32")]),
+        ir.Loop(True, [Load("b", "buf1", 4 * X0 + R0, "float32"), Compute("c", "sub", ("b", "s"), "float32"),
+                       Store("buf2", 4 * X0 + R0, "c")])])
+    planned = _planned(_consumer_program(kernel))
+    assert in_place_pairs(planned) == {"buf2": "buf1"}
+    x = torch.randn(4, 4)
+    got, = run(planned, [x])
+    torch.testing.assert_close(got, 2 * x - (2 * x).sum(-1, keepdim=True))
+
+
+def _refused(consumer=None, reason: str = "", **kwargs) -> ir.Program:
+    prog = _consumer_program(consumer if consumer is not None else _pointwise_consumer(4 * X0 + X1), **kwargs)
+    planned = _planned(prog)
+    assert not in_place_pairs(planned), reason
+    if consumer is not None:
+        rewritten = in_place.rewrite(prog.kernels["kernel_1"], "buf2", "buf1")
+        assert in_place.refusal(rewritten, "buf2") is not None, reason
+    return planned
+
+
+def test_in_place_is_refused_for_a_transposed_read():
+    planned = _refused(_pointwise_consumer(4 * X1 + X0), "buf2[i, j] needs buf1[j, i], which another point overwrites")
+    x = torch.randn(4, 4)
+    torch.testing.assert_close(run(planned, [x])[0], 2 * x.t() + x)
+
+
+def test_in_place_is_refused_for_a_broadcast_read():
+    planned = _refused(_pointwise_consumer(4 * X0), "buf1[i, 0] is read by every point of row i")
+    x = torch.randn(4, 4)
+    torch.testing.assert_close(run(planned, [x])[0], 2 * x[:, :1] + x)
+
+
+def test_in_place_is_refused_for_a_shifted_read():
+    planned = _refused(_pointwise_consumer(4 * X0 + X1 + 1, sympy.Lt(X1, 3)), "buf1[i, j + 1] is another point's")
+    x = torch.randn(4, 4)
+    shifted = torch.nn.functional.pad((2 * x)[:, 1:], (0, 1))
+    torch.testing.assert_close(run(planned, [x])[0], shifted + x)
+
+
+def test_in_place_is_refused_for_a_reduction_read():
+    """buf2[i, j] = buf1[i, j] * sum_k buf1[j, k]: the reduction reads rows other points write"""
+    kernel = ir.Kernel("kernel_1", (sympy.Integer(4), sympy.Integer(4)), (sympy.Integer(4),), [
+        ir.Loop(True, [Load("a", "buf1", 4 * X1 + R0, "float32"), ir.Reduce("s", "sum", "a", "float32")]),
+        ir.Loop(False, [Load("b", "buf1", 4 * X0 + X1, "float32"), Compute("c", "mul", ("b", "s"), "float32"),
+                        Store("buf2", 4 * X0 + X1, "c")])], ("buf1",), ("buf2",), ())
+    planned = _refused(kernel, "a reduction over other points' elements")
+    x = torch.randn(4, 4)
+    torch.testing.assert_close(run(planned, [x])[0], 2 * x * (2 * x).sum(-1)[None, :])
+
+
+def test_in_place_is_refused_for_a_read_after_the_write():
+    kernel = pointwise("kernel_1", (4, 4), [
+        Load("a", "buf1", 4 * X0 + X1, "float32"), Compute("b", "neg", ("a",), "float32"),
+        Store("buf2", 4 * X0 + X1, "b"), Load("c", "buf1", 4 * X0 + X1, "float32"),
+        Compute("d", "add", ("b", "c"), "float32"), Store("buf3", 4 * X0 + X1, "d")], ["buf1"], ["buf2", "buf3"])
+    prog = _consumer_program(kernel)
+    prog.buffers["buf3"] = spec("float32", (4, 4))
+    prog.steps.insert(prog.steps.index(Alloc("buf2")) + 1, Alloc("buf3"))
+    planned = _planned(prog)
+    assert in_place_pairs(planned) == {"buf3": "buf1"}      # buf3's store comes after every read of buf1
+    x = torch.randn(4, 4)
+    torch.testing.assert_close(run(planned, [x])[0], -2 * x)
+    assert planned.kernels["kernel_1"].in_place == (("buf3", "buf1"),)
+    assert in_place.refusal(in_place.rewrite(kernel, "buf2", "buf1"), "buf2") is not None
+
+
+def test_in_place_is_refused_for_a_graph_input_an_output_or_an_alias():
+    # a graph input: the kernel reads arg0 at the element it writes, and arg0 dies with it
+    kernel = pointwise("kernel_1", (4, 4), [Load("a", "arg0", 4 * X0 + X1, "float32"), Compute("b", "neg", ("a",), "float32"),
+                                            Store("buf2", 4 * X0 + X1, "b")], ["arg0"], ["buf2"])
+    prog = program("g", "cpu", {"arg0": spec("float32", (4, 4))}, {"buf2": spec("float32", (4, 4))}, [kernel])
+    prog.steps = [Alloc("buf2"), KernelCall("kernel_1"), Free("arg0")]
+    assert not in_place_pairs(_planned(prog))
+    # buf1 returned too: the caller keeps it
+    x = torch.randn(4, 4)
+    planned = _refused(outputs=("buf2", "buf1"), reason="a graph output")
+    got, kept = run(planned, [x])
+    torch.testing.assert_close(kept, 2 * x)
+    torch.testing.assert_close(got, 3 * x)
+    # an ATen view of buf1 taken earlier (still live for all the plan knows)
+    view = ExternCall("aten.view.default", (BufferRef("buf1"), [16]), {}, ("buf5",), (spec("float32", (16,)),))
+    planned = _refused(extra_steps=[view], reason="a view of it may be live")
+    torch.testing.assert_close(run(planned, [x])[0], 3 * x)
+    # another layout over the same elements (buf1 column-major, read at the element of buf2 it matches)
+    transposed = spec("float32", (4, 4), (1, 4))
+    producer_t = dataclasses.replace(_producer(), loops=[ir.Loop(False, [
+        Load("a", "arg0", 4 * X0 + X1, "float32"), ir.Const("two", 2.0, "float32"),
+        Compute("b", "mul", ("a", "two"), "float32"), Store("buf1", X0 + 4 * X1, "b")])])
+    prog = _consumer_program(_pointwise_consumer(X0 + 4 * X1), buf1_spec=transposed)
+    prog.kernels["kernel_0"] = producer_t
+    planned = _planned(prog)
+    assert not in_place_pairs(planned)
+    torch.testing.assert_close(run(planned, [x])[0], 3 * x)
+
+
+def test_the_validator_checks_every_in_place_reuse():
+    good = _planned(_consumer_program(_pointwise_consumer(4 * X0 + X1)))
+    kernel = good.kernels["kernel_1"]
+
+    def rejected(prog, words):
+        try:
+            ir.validate_program(prog)
+        except ir.InvalidProgram as e:
+            assert words in str(e), str(e)
+        else:
+            raise AssertionError(f"validation passed; expected {words!r}")
+
+    # the kernel transposes what it reads through its output
+    transposed = dataclasses.replace(kernel, loops=[ir.Loop(False, [
+        dataclasses.replace(s, index=4 * X1 + X0) if isinstance(s, Load) and s.buffer == "buf2" else s
+        for s in kernel.loops[0].body])])
+    rejected(dataclasses.replace(good, kernels={**good.kernels, "kernel_1": transposed}), "not the element it writes")
+    # an in-place Alloc whose kernel reads the donor directly (not rewritten)
+    direct = dataclasses.replace(_pointwise_consumer(4 * X0 + X1), in_place=(("buf2", "buf1"),))
+    rejected(dataclasses.replace(good, kernels={**good.kernels, "kernel_1": direct}), "still reads 'buf1' directly")
+    # a kernel that reads through its output with no in-place Alloc before it: uninitialised memory
+    steps = [Alloc("buf2") if isinstance(s, Alloc) and s.in_place else s for s in good.steps] + [Free("buf1")]
+    rejected(dataclasses.replace(good, steps=steps), "did not take 'buf1''s memory in place")
+    # the donor read after its kernel: it is dead
+    reader = pointwise("kernel_2", (4, 4), [Load("a", "buf1", 4 * X0 + X1, "float32"), Store("buf3", 4 * X0 + X1, "a")],
+                       ["buf1"], ["buf3"])
+    later = dataclasses.replace(good, kernels={**good.kernels, "kernel_2": reader},
+                                buffers={**good.buffers, "buf3": spec("float32", (4, 4))},
+                                steps=good.steps + [Alloc("buf3"), KernelCall("kernel_2")])
+    rejected(later, "freed")
+    # in place of a buffer an ATen call may alias
+    view = ExternCall("aten.view.default", (BufferRef("buf1"), [16]), {}, ("buf5",), (spec("float32", (16,)),))
+    at = good.steps.index(KernelCall("kernel_0")) + 1
+    rejected(dataclasses.replace(good, steps=good.steps[:at] + [view] + good.steps[at:]), "may alias")
+    # other layouts: in place needs exactly the same strides
+    other = dataclasses.replace(good, buffers={**good.buffers, "buf1": spec("float32", (4, 4), (1, 4))})
+    rejected(other, "exactly its layout")
+
+
+def test_in_place_needs_a_provably_injective_index():
+    s0 = ir.size_symbol("s0")
+    assert in_place._not_injective(4 * X0 + X1, [X0, X1], [4, 4], {}) is None
+    assert in_place._not_injective(s0 * X0 + X1, [X0, X1], [3, s0], {}) is None
+    assert in_place._not_injective(X0 + 4 * X1, [X0, X1], [4, 4], {}) is None
+    assert in_place._not_injective(2 * X0 + X1, [X0, X1], [4, 4], {}) is not None      # overlapping rows
+    assert in_place._not_injective(X0, [X0, X1], [4, 4], {}) is not None               # x1 unused
+    assert in_place._not_injective(X0, [X0, X1], [4, 1], {}) is None                   # x1 has one value
+    assert in_place._not_injective(ir.FloorDiv(X0, 2), [X0], [4], {}) is not None
+    assert in_place._not_injective(s0 * X0 + X1, [X0, X1], [3, s0 + 1], {}) is not None

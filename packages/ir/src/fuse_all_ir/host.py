@@ -286,7 +286,9 @@ def _render_call_body(program: Program, target: KernelTarget, profiled: bool = F
     for step in program.steps:
         if isinstance(step, Alloc) and step.reuse is not None:
             spec = specs[step.buffer]
-            if memory.same_layout(spec, specs[step.reuse]):
+            if step.in_place:
+                body.append(f"{step.buffer} = {step.reuse}; del {step.reuse}  # reuses {step.reuse} in place")
+            elif memory.same_layout(spec, specs[step.reuse]):
                 body.append(f"{step.buffer} = {step.reuse}; del {step.reuse}  # reuse")
             else:
                 body.append(f"{step.buffer} = reinterpret_tensor({step.reuse}, {py_tuple(spec.size)}, "

@@ -11,6 +11,12 @@ and a later `Alloc` of the same dtype takes one from it instead of allocating:
   whose memory the host program allocated itself (an ATen result may sit at an offset in a larger
   storage); the donor's Free step is dropped, the reusing Alloc ends its life.
 
+In place (Inductor's `can_inplace`): an output of a kernel takes the memory of one of the kernel's own
+inputs that dies with it (its Free follows the kernel) when the layouts are the same and the kernel reads
+that input only at the element it writes, before writing it (`in_place.py` says exactly when; the kernel
+is rewritten to read the input through the output). Conv+BatchNorm+ReLU in inference, residual adds:
+the output stays in the cache lines its input just filled. Tried before the pool, as Inductor does.
+
 A buffer never gives its memory away when it is a graph input or output (saved tensors of a training
 forward are outputs), or when an ATen call may have returned a view of it (the view could still be
 live), or when it is such a view itself, or when it is an ATen result on another device (`x.cpu()` in a
@@ -21,7 +27,8 @@ from __future__ import annotations
 
 import sympy
 
-from .program import Alloc, BufferRef, ExternCall, Free, Program, TensorSpec
+from . import in_place
+from .program import Alloc, BufferRef, ExternCall, Free, KernelCall, Program, TensorSpec
 
 
 def storage_elements(spec: TensorSpec) -> sympy.Expr:
@@ -78,12 +85,11 @@ def same_layout(a: TensorSpec, b: TensorSpec) -> bool:
             and all(sympy.expand(sympy.sympify(x) - sympy.sympify(y)) == 0 for x, y in zip(a.stride, b.stride)))
 
 
-def plan_reuse(program: Program) -> Program:
-    """Rewrite `program.steps` so that allocations reuse dead buffers (see the module docstring)."""
-    outputs = {ref.name for ref in _refs(program.outputs)}
-    inputs = {i.name for i in program.inputs}
-    no_donor = set(outputs) | inputs
-    specs = buffer_specs(program)
+def unshareable(program: Program) -> set[str]:
+    """Buffers that never give their memory away: graph inputs and outputs, anything an ATen call may
+    have returned a view of (and those views), ATen results of unknown layout."""
+    no_donor = {ref.name for ref in _refs(program.outputs)} | {i.name for i in program.inputs}
+    no_donor |= set(program.constants)
     for step in program.steps:
         if isinstance(step, ExternCall):
             if extern_may_alias(step.target):
@@ -91,15 +97,37 @@ def plan_reuse(program: Program) -> Program:
                 no_donor.update(o for o in step.outputs if o is not None)
             no_donor.update(name for name, spec in zip(step.outputs, step.out_specs)
                             if name is not None and spec is None)
+    return no_donor
+
+
+def plan_reuse(program: Program) -> Program:
+    """Rewrite `program.steps` so that allocations reuse dead buffers, and kernels write outputs in place
+    of inputs that die with them (see the module docstring)."""
+    outputs = {ref.name for ref in _refs(program.outputs)}
+    no_donor = unshareable(program)
+    specs = buffer_specs(program)
+
+    def may_donate(name: str) -> bool:
+        spec = specs.get(name)
+        return (name not in no_donor and spec is not None and spec.device == program.device
+                and storage_elements(spec) != 0)
 
     own: set[str] = set()          # buffers whose storage the host program allocated (exactly sized)
     pool: list[tuple[str, TensorSpec]] = []     # freed donors, most recent last
     taken: dict[str, str] = {}     # donor -> the buffer that reuses it
     steps = []
-    for step in program.steps:
+    for position, step in enumerate(program.steps):
         if isinstance(step, Alloc) and step.reuse is None:
             spec = program.buffers[step.buffer]
-            donor = _pick(pool, spec, own, as_output=step.buffer in outputs)
+            as_output = step.buffer in outputs
+            donor = _in_place_donor(program, position, specs, may_donate, own, as_output)
+            if donor is not None:
+                taken[donor] = step.buffer
+                if donor in own:
+                    own.add(step.buffer)
+                steps.append(Alloc(step.buffer, reuse=donor, in_place=True))
+                continue
+            donor = _pick(pool, spec, own, as_output=as_output)
             if donor is not None:
                 taken[donor] = step.buffer
                 if donor in own:
@@ -107,15 +135,53 @@ def plan_reuse(program: Program) -> Program:
                 steps.append(Alloc(step.buffer, reuse=donor))
                 continue
             own.add(step.buffer)
-        elif isinstance(step, Free) and step.buffer not in no_donor:
-            spec = specs.get(step.buffer)
-            if spec is not None and spec.device == program.device and storage_elements(spec) != 0:
-                pool.append((step.buffer, spec))
+        elif isinstance(step, Free) and step.buffer not in taken and may_donate(step.buffer):
+            pool.append((step.buffer, specs[step.buffer]))
         steps.append(step)
     # a donor's own Free goes: the Alloc that reuses it ends its life
     steps = [s for s in steps if not (isinstance(s, Free) and s.buffer in taken)]
     program.steps = steps
     return program
+
+
+def kernel_after_allocs(steps, position: int):
+    """The step after the run of Alloc steps at `position`: the kernel call they allocate for (or None)."""
+    while position < len(steps) and isinstance(steps[position], Alloc):
+        position += 1
+    if position < len(steps) and isinstance(steps[position], KernelCall):
+        return position
+    return None
+
+
+def _in_place_donor(program: Program, position: int, specs: dict[str, TensorSpec], may_donate, own: set[str],
+                    as_output: bool) -> str | None:
+    """An input of the kernel this Alloc is for that dies with the kernel (freed right after it), has
+    exactly `spec`'s layout and is read only where the output is written (`in_place.refusal`); the
+    kernel is rewritten to read it through the output."""
+    steps, buffer = program.steps, program.steps[position].buffer
+    spec = program.buffers[buffer]
+    call = kernel_after_allocs(steps, position)
+    if call is None:
+        return None
+    kernel = program.kernels[steps[call].kernel]
+    if buffer not in kernel.outputs:
+        return None
+    dying = set()
+    for later in steps[call + 1:]:
+        if not isinstance(later, Free):
+            break
+        dying.add(later.buffer)
+    for donor in kernel.inputs:
+        donor_spec = specs.get(donor)
+        if (donor not in dying or donor in kernel.outputs or not may_donate(donor)
+                or donor_spec.dtype != spec.dtype or not same_layout(donor_spec, spec)
+                or (as_output and donor not in own)):
+            continue
+        rewritten = in_place.rewrite(kernel, buffer, donor)
+        if in_place.refusal(rewritten, buffer, program.size_hints) is None:
+            program.kernels[kernel.name] = rewritten
+            return donor
+    return None
 
 
 def _pick(pool, spec: TensorSpec, own: set[str], as_output: bool) -> str | None:

@@ -57,6 +57,8 @@ def format_kernel(kernel: Kernel) -> str:
            + f"  reads {list(kernel.inputs)} writes {list(kernel.outputs)}"]
     if kernel.tiling is not None:
         out.append(f"    tiling: {kernel.tiling.describe()}")
+    for output, source in kernel.in_place:
+        out.append(f"    in place: {output} holds {source}'s values until it overwrites them")
     for loop in kernel.loops:
         out.append("    for r:" if loop.over_reduction else "    per x:")
         for s in loop.body:
@@ -91,7 +93,8 @@ def format_program(program: Program) -> str:
             outs = ", ".join(o or "_" for o in step.outputs)
             out.append(f"{outs} = {step.target}(...)   # ATen: {step.reason}")
         elif getattr(step, "reuse", None) is not None:
-            out.append(f"alloc {step.buffer} (reusing the memory of {step.reuse})")
+            how = " in place: the next kernel reads its values through it" if step.in_place else ""
+            out.append(f"alloc {step.buffer} (reusing the memory of {step.reuse}{how})")
         else:
             out.append(f"{type(step).__name__.lower()} {step.buffer}")
     return "\n".join(out) + "\n"

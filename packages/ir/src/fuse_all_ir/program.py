@@ -142,6 +142,9 @@ class Kernel:
     origins: tuple[Origin, ...] = ()
     fused_nodes: tuple[str, ...] = ()    # names of the IR nodes fused into it (for the report)
     tiling: Any = None                   # tiling.TilePlan: how codegens walk accesses that disagree on order
+    # (output, input) pairs: the output took the input's memory and values (in_place.py); the body reads
+    # the input through the output, before overwriting each element, and the input is no argument
+    in_place: tuple[tuple[str, str], ...] = ()
 
     @property
     def kind(self) -> KernelKind:
@@ -197,9 +200,11 @@ class BufferRef:
 class Alloc:
     """Allocate `buffer` (Program.buffers gives its layout). With `reuse`, take over the memory of that
     buffer instead: it is dead from here on (no Free step follows for it) and spans as many elements of
-    the same dtype (see memory.py)."""
+    the same dtype (see memory.py). With `in_place` too, the next step is the kernel that reads the
+    donor's values through `buffer` (`Kernel.in_place`) and overwrites them; the layouts are the same."""
     buffer: str
     reuse: str | None = None
+    in_place: bool = False
 
 
 @dataclass(frozen=True)

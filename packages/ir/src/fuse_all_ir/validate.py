@@ -11,6 +11,10 @@
   class the IR emits them on (the classes codegens have rules for); comparisons and logical ops yield
   bool; ops whose result has their arguments' dtype (add, neg, ...) get arguments of that dtype; `where`
   takes a bool condition; masks are bool; argmax/argmin give int64, any/all take and give bool.
+* Memory reuse: a donor is live, not a graph input or output, of the same dtype over as many elements,
+  and dead afterwards; an in-place reuse also has exactly the layout, a donor no ATen call may alias, and
+  a next kernel that reads the donor's values only through its output, at the element it writes and
+  before writing it (`in_place.refusal`), as its `Kernel.in_place` says.
 * Index expressions: integer-valued, over ``x0..`` of the outer space, ``r0..`` of the reduction space
   (reduction phases only) and the kernel's size symbols.
 
@@ -28,7 +32,7 @@ from .program import (
     Alloc, BufferRef, Compute, Const, ExternCall, Free, IndexValue, Kernel, KernelCall, Load, Program, Reduce,
     Store,
 )
-from . import memory
+from . import in_place, memory
 from .symbolic import rvar, xvar
 from .vocabulary import DTYPES, OP_INFO, REDUCTION_INFO, OpResult, dtype_class, operand_dtype
 
@@ -191,6 +195,8 @@ def _check_steps(program: Program) -> None:
         if name not in defined:
             fail(f"{where} reads {name!r}, which no earlier step wrote (or it was freed)")
 
+    unshareable = memory.unshareable(program) if any(getattr(s, "in_place", False) for s in program.steps) else set()
+    in_place_from: dict[str, str] = {}     # buffer -> the donor it took in place, until its kernel ran
     for position, step in enumerate(program.steps):
         where = f"step {position} ({type(step).__name__})"
         if isinstance(step, Alloc):
@@ -198,13 +204,22 @@ def _check_steps(program: Program) -> None:
                 fail(f"{where} allocates {step.buffer!r}, which has no layout in Program.buffers")
             if step.reuse is not None:
                 _check_reuse(program, step, where, fail, read, specs, outputs)
+                if step.in_place:
+                    _check_in_place(program, position, where, fail, specs, unshareable)
+                    in_place_from[step.buffer] = step.reuse
                 defined.discard(step.reuse)
                 allocated.discard(step.reuse)
+            elif step.in_place:
+                fail(f"{where} is in place but names no donor")
             allocated.add(step.buffer)
         elif isinstance(step, KernelCall):
             kernel = program.kernels.get(step.kernel)
             if kernel is None:
                 fail(f"{where} calls unknown kernel {step.kernel!r}")
+            for output, source in kernel.in_place:
+                if in_place_from.pop(output, None) != source:
+                    fail(f"{where} {kernel.name} reads {source!r}'s values through {output!r}, which did not "
+                         f"take {source!r}'s memory in place just before it")
             for name in kernel.inputs:
                 read(name, f"{where} {kernel.name}")
             for name in kernel.outputs:
@@ -237,6 +252,29 @@ def _check_reuse(program: Program, step: Alloc, where: str, fail, read, specs, o
         fail(f"{where} reuses {donor!r}, whose layout is unknown or of another dtype")
     if sympy.expand(memory.storage_elements(theirs) - memory.storage_elements(mine)) != 0:
         fail(f"{where}: {step.buffer!r} does not span as many elements as {donor!r}, whose memory it reuses")
+
+
+def _check_in_place(program: Program, position: int, where: str, fail, specs, unshareable) -> None:
+    """An in-place reuse (memory.py, in_place.py): the donor may give its memory away and has exactly the
+    receiver's layout; the next kernel writes the receiver, reads the donor's values only through it, at
+    the element it writes and before writing it, and nothing reads the donor afterwards (the Alloc ended
+    its life, so `read` rejects any later use)."""
+    step = program.steps[position]
+    donor, buffer = step.reuse, step.buffer
+    if donor in unshareable or donor in program.constants:
+        fail(f"{where} reuses {donor!r} in place, but an ATen call may alias it (or it is a constant)")
+    theirs = specs[donor]
+    if theirs.device != program.device or not memory.same_layout(theirs, program.buffers[buffer]):
+        fail(f"{where} reuses {donor!r} in place without having exactly its layout and device")
+    call = memory.kernel_after_allocs(program.steps, position + 1)
+    kernel = program.kernels.get(program.steps[call].kernel) if call is not None else None
+    if kernel is None or buffer not in kernel.outputs or (buffer, donor) not in kernel.in_place:
+        fail(f"{where} reuses {donor!r} in place, but the next kernel does not read it through {buffer!r}")
+    if donor in kernel.inputs or any(isinstance(st, Load) and st.buffer == donor for st in kernel.statements()):
+        fail(f"{where}: {kernel.name} still reads {donor!r} directly after {buffer!r} took its memory in place")
+    reason = in_place.refusal(kernel, buffer, program.size_hints)
+    if reason is not None:
+        fail(f"{where}: {kernel.name} cannot write {buffer!r} in place of {donor!r}: {reason}")
 
 
 def _buffer_refs(value):
