@@ -80,7 +80,8 @@ def test_split_batchnorm_nchw_backward(monkeypatch):
     bn = torch.nn.BatchNorm2d(5)
     torch.nn.init.uniform_(bn.weight, 0.5, 1.5)
     x = make((2, 5, 6, 7), requires_grad=True)
-    assert _split_count(_kernel_names(bn, (x,), grad=True, grad_vs_float64=True)) >= 3
+    # forward: one Welford phase; backward: both sums over one input in one split kernel (sibling fusion)
+    assert _split_count(_kernel_names(bn, (x,), grad=True, grad_vs_float64=True)) >= 2
 
 
 @pytest.mark.triton
@@ -118,7 +119,7 @@ def test_split_batchnorm_channels_last_backward(monkeypatch):
     torch.nn.init.uniform_(bn.bias, -0.5, 0.5)
     x = make((3, 6, 5, 7), requires_grad=True).to(memory_format=torch.channels_last).detach().requires_grad_()
     names = _kernel_names(bn, (x,), grad=True, grad_vs_float64=True)
-    assert _split_count(names) >= 3
+    assert _split_count(names) >= 2     # statistics (one Welford phase) and the backward's sums (one kernel)
 
 
 @pytest.mark.triton
@@ -161,7 +162,7 @@ def test_split_sums_against_float64(splits, monkeypatch):
     for label, a, e, r in zip(("sum", "mean", "var"), actual, eager, reference):
         assert_near_float64(a, e, r, label, atol=1e-6 * r.abs().max().item())
     names = [k.name for g in fuse_all.compiled_graphs() for k in g.kernels]
-    assert _split_count(names) >= 2
+    assert _split_count(names) >= 1     # sum, mean (the same Reduce) and the Welford variance: one kernel
 
 
 def test_choose_column_splits():

@@ -165,10 +165,12 @@ class KernelBuilder:
         if what == "reduce":
             outer_index, red_index = node_index(self.group, m)
             value = self.emit(m.body(outer_index, red_index))
-            name = self._new()
             dtype = m.spec.dtype
-            self.body.append(Reduce(name, m.reduction_op, value, dtype))
-            self.reduced[m.name] = name
+            # one Reduce per (op, value): identical reductions that sibling fusion brought into one kernel
+            # (LayerNorm's and GroupNorm's statistics of one row) share it, and codegens that group
+            # reductions by their argument (welford.welford_groups) see each group once
+            self.reduced[m.name] = self._add(("reduce", m.reduction_op, value, dtype),
+                                             lambda n: Reduce(n, m.reduction_op, value, dtype))
         elif what == "store_reduced":
             outer_index, _ = node_index(self.group, m)
             self.body.append(Store(m.name, self._simplify(store_index(m, outer_index)), self.reduced[m.name]))
