@@ -165,6 +165,7 @@ def child_main(name: str, device: str, backend: str, prime: bool) -> None:
             "dynamo_metrics": dynamo_metrics()}
     if fuse_all:
         cell["fuse_all"] = fuse_all_summary()
+        cell["phase_counts"] = _compile_timing().counts()   # e.g. how many Triton variants a warm start loads
     print(CHILD_TAG + json.dumps(cell), flush=True)
 
 
