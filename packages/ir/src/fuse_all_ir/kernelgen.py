@@ -200,7 +200,7 @@ class KernelBuilder:
             return self._reduced_value(member, e)
         if e.logical is None:
             raise IllegalFusion(f"{e.buffer} is read through a strided view inside the kernel")
-        inlined = member.expression(e.logical)
+        inlined = member.expression(list(e.logical))
         if e.args:
             inlined = mask_loads(inlined, e.args[0])
         return self.emit(inlined)
