@@ -77,6 +77,15 @@ def first_call_phases(first_s: float, fuse_all: bool) -> dict[str, float]:
     return {k: round(v, 3) for k, v in phases.items()}
 
 
+def dynamo_metrics(min_s: float = 0.005) -> dict[str, float]:
+    """Every timer torch keeps for the first call (`compilation_time_metrics`: guard building, bytecode
+    tracing, the AOTAutograd cache, ...), summed, in seconds: where a backend's Dynamo phase differs, this
+    says which part does. Timers nest, so they do not add up."""
+    metrics = torch._dynamo.utils.compilation_time_metrics
+    totals = {name: round(sum(values), 3) for name, values in metrics.items() if sum(values) >= min_s}
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
 # ---- new processes -------------------------------------------------------------------------------------
 
 def _fresh_cache_env(tag: str) -> tuple[str, dict[str, str]]:
@@ -152,9 +161,11 @@ def child_main(name: str, device: str, backend: str, prime: bool) -> None:
     start_first_call()
     cpu = cpu_seconds()
     seconds, _ = first_call(lambda: inst.step(compiled), device)
-    cell = {"first_s": seconds, "cpu_s": round(cpu_seconds() - cpu, 3), "phases": first_call_phases(seconds, fuse_all)}
+    cell = {"first_s": seconds, "cpu_s": round(cpu_seconds() - cpu, 3), "phases": first_call_phases(seconds, fuse_all),
+            "dynamo_metrics": dynamo_metrics()}
     if fuse_all:
         cell["fuse_all"] = fuse_all_summary()
+        cell["phase_counts"] = _compile_timing().counts()   # e.g. how many Triton variants a warm start loads
     print(CHILD_TAG + json.dumps(cell), flush=True)
 
 
@@ -207,3 +218,73 @@ def process_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
         line += [_f(procs.get(b, {}).get(k, {}).get("cpu_s")) for b in PROCESS_BACKENDS for k in ("cold", "warm")]
         body.append(line)
     return head, body
+
+
+# ---- command line: the new-process columns alone, repeated ---------------------------------------------------
+
+def _median(values: list[float]) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+def median_cells(cells: list[dict]) -> dict:
+    """The median first call, CPU seconds and phases (and Dynamo's timers) of repeated cells; failed runs
+    are counted, not averaged."""
+    good = [c for c in cells if "error" not in c]
+    out: dict = {"runs": len(cells), "failed": len(cells) - len(good)}
+    if not good:
+        out["error"] = cells[-1].get("error") if cells else "no runs"
+        return out
+    out["first_s"] = round(_median([c["first_s"] for c in good]), 3)
+    out["cpu_s"] = round(_median([c.get("cpu_s") for c in good]), 3)
+    for field in ("phases", "dynamo_metrics"):
+        names = dict.fromkeys(k for c in good for k in c.get(field, {}))
+        out[field] = {k: round(_median([c.get(field, {}).get(k, 0.0) for c in good]), 3) for k in names}
+    return out
+
+
+def main(argv=None) -> int:
+    """`python bench/compile_columns.py --device cpu --workloads bert_1x12 --repeat 3`: cold and warm first
+    calls in new processes, `--repeat` times (each repeat on fresh cache folders), medians printed as JSON."""
+    import argparse
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    p.add_argument("--workloads", required=True, help="comma-separated workload names (bench/workloads.py)")
+    p.add_argument("--backends", default=",".join(PROCESS_BACKENDS),
+                   help=f"comma-separated subset of {','.join(PROCESS_BACKENDS)}")
+    p.add_argument("--repeat", type=int, default=3, help="cold+warm pairs per backend (medians are reported)")
+    p.add_argument("--no-prime", action="store_true", help="time the first compile of the process (imports)")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--backend-timeout", type=float, default=300.0)
+    p.add_argument("--json", help="write every run and the medians to this file")
+    args = p.parse_args(argv)
+    backends = tuple(args.backends.split(","))
+    unknown = set(backends) - set(PROCESS_BACKENDS)
+    if unknown:
+        p.error(f"unknown backends {sorted(unknown)}")
+    results = {}
+    for name in args.workloads.split(","):
+        runs = {b: {"cold": [], "warm": []} for b in backends}
+        for i in range(args.repeat):
+            print(f"== {name} ({args.device}) run {i + 1}/{args.repeat}", flush=True)
+            for backend, cells in cold_and_warm(name, args.device, args, backends).items():
+                for kind in ("cold", "warm"):
+                    runs[backend][kind].append(cells[kind])
+        medians = {b: {k: median_cells(runs[b][k]) for k in ("cold", "warm")} for b in backends}
+        results[name] = {"runs": runs, "medians": medians}
+        print(f"== {name}: medians of {args.repeat}", flush=True)
+        print(json.dumps(medians, indent=1), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from env import add_repo_paths
+    add_repo_paths()
+    sys.exit(main())

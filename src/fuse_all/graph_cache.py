@@ -43,16 +43,18 @@ _PACKAGES = ("fuse_all", "fuse_all_capture", "fuse_all_ir", "fuse_all_codegen_cp
 @functools.lru_cache(None)
 def code_identity() -> str:
     """A hash of fuse-all's sources (~100 small files, hashed once per process)."""
-    import importlib
+    import importlib.util
 
     digest = hashlib.sha256(KEY_FORMAT.encode())
     for name in _PACKAGES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
+        try:       # found, not imported: a warm start imports no package its graphs do not use
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
             digest.update(f"{name}:absent".encode())
             continue
-        root = Path(module.__file__).parent
+        root = Path(list(spec.submodule_search_locations)[0])
         for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".h") and p.is_file()):
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())

@@ -31,14 +31,18 @@ def output_code_lines(output_code: str | None, names: Iterable[str]) -> dict[str
         text = Path(output_code).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return {}
-    lines = text.splitlines()
-    found = {}
-    for name in names:
-        pattern = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])")
-        found_at = next((index for index, line in enumerate(lines, 1) if pattern.search(line)), None)
-        if found_at is not None:
-            found[name] = found_at
+    wanted = set(names)
+    found: dict[str, int] = {}
+    for index, line in enumerate(text.splitlines(), 1):   # one pass over the words, not one per kernel
+        for word in _WORD.findall(line):
+            if word in wanted and word not in found:
+                found[word] = index
+        if len(found) == len(wanted):
+            break
     return found
+
+
+_WORD = re.compile(r"[A-Za-z0-9_]+")
 
 
 def kernel_bytes(program: Any, kernel: Any) -> int | None:

@@ -74,3 +74,27 @@ def test_a_warm_start_needs_no_worker(tmp_path):
     again = _probe(tmp_path, "processes", kernels=2)      # same caches: Triton's entries are there
     assert first["workers"] >= 1 and again["workers"] == 0
     assert again["hashes"] == first["hashes"] and again["entries"] == first["entries"]
+
+
+def test_a_worker_computes_tritons_key_before_its_first_job():
+    """The worker's warm-up (run before it says "ready") leaves Triton's installation key computed, so the
+    first job does not hash libtriton.so; the parent's start_workers() does the same in a thread."""
+    code = ("from fuse_all_codegen_triton import compile_worker\n"
+            "from triton.runtime.cache import triton_key\n"
+            "assert triton_key.cache_info().currsize == 0\n"
+            "compile_worker._warm_up()\n"
+            "print(triton_key.cache_info().currsize)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "1"
+
+
+def test_a_failed_warm_up_leaves_the_worker_running(monkeypatch, capsys):
+    from fuse_all_codegen_triton import _triton_compat, compile_worker
+
+    def broken():
+        raise OSError("libtriton.so unreadable")
+    monkeypatch.setattr(_triton_compat, "warm_compile_key", broken)
+    compile_worker._warm_up()          # reports, does not raise: the first job will report its own error
+    assert "warm-up failed: OSError" in capsys.readouterr().err

@@ -135,3 +135,28 @@ def test_graph_code_pickles_without_its_callable():
     unsaveable = graph_cache.GraphCode(graph_id="g", not_cacheable="runs in ATen")
     with pytest.raises(Exception, match="runs in ATen"):
         unsaveable.prepare_for_serialization()
+
+
+def test_code_identity_hashes_the_sources_without_importing_them(tmp_path, monkeypatch):
+    """The key's hash of fuse-all's sources finds each package without importing it (a warm start of a
+    CPU graph imports no CUDA-graph or Triton code) and changes with any source file."""
+    from fuse_all import graph_cache
+
+    package = tmp_path / "fa_identity_probe"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    (package / "helper.h").write_text("// v1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(graph_cache, "_PACKAGES", ("fa_identity_probe", "fa_identity_absent"))
+
+    def identity() -> str:
+        graph_cache.code_identity.cache_clear()
+        return graph_cache.code_identity()
+
+    try:
+        first = identity()
+        assert "fa_identity_probe" not in sys.modules and identity() == first
+        (package / "helper.h").write_text("// v2\n")
+        assert identity() != first
+    finally:
+        graph_cache.code_identity.cache_clear()

@@ -144,7 +144,11 @@ _PRINTER = CppIndexPrinter()
 def cpp_index(expr, value: bool = False) -> str:
     """A symbolic expression as C++ (int64_t / double arithmetic). Addresses, loop bounds and sizes must be
     integers; `value=True` (an IndexValue: a symbolic scalar such as `1 / n`) also takes float ones."""
-    expr = sympy.sympify(expr)
+    return _cpp_index(sympy.sympify(expr), bool(value))
+
+
+@functools.lru_cache(maxsize=1 << 16)   # a kernel prints the same indices (and masks) many times
+def _cpp_index(expr, value: bool) -> str:
     if not value and kind_of(expr) != "int":
         raise UnsupportedSymbolic(f"index expression {expr} is not integer arithmetic")
     return _PRINTER.doprint(expr)

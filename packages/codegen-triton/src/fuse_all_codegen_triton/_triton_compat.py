@@ -72,6 +72,18 @@ def get_target(device_index: int):
     return driver.active.get_current_target()  # pragma: no cover - HIP / XPU: untested
 
 
+def warm_compile_key() -> None:
+    """Compute Triton's key of its own installation now: every process's first `triton.compile` (a cache
+    hit included) hashes Triton's sources and its ~500 MB `libtriton.so` for it (`triton_key`, 0.3-1 s, kept
+    per process). Compile workers do it at start and the parent in a background thread, both while the graph
+    is lowered, so no compile waits for it (3.6 and 3.8: `triton.runtime.cache.triton_key`, lru-cached)."""
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:  # pragma: no cover - older layouts
+        from triton.compiler.compiler import triton_key
+    triton_key()
+
+
 @functools.lru_cache(None)
 def _backend(target):
     from triton.compiler.compiler import make_backend
@@ -206,4 +218,5 @@ def pointer_type(dtype: str) -> str:
 
 __all__ = ["tl", "libdevice", "interpret_mode", "compile_kernel", "load_compiled", "launch_hooks",
            "stream_getter", "current_device_getter", "cache_dir", "secure_cache_dir", "warm_driver",
+           "warm_compile_key",
            "TRITON_VERSION"]

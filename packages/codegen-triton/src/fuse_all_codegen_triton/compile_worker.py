@@ -81,12 +81,26 @@ def _compile_job(job: dict, folder: str, modules: dict) -> str:
     return kernel.hash
 
 
+def _warm_up() -> None:
+    """What every first compile needs, done at start (the parent starts workers before it lowers the graph,
+    so this runs while it does): Triton's imports, the kernels' header imports and Triton's key of its own
+    installation (`_triton_compat.warm_compile_key`), else paid by the first job of each worker. A failure
+    here is left for that job to report."""
+    try:
+        from . import _triton_compat as compat
+        from . import helpers  # noqa: F401 - the header of every kernel module imports it
+        compat.warm_compile_key()
+    except Exception as error:  # noqa: BLE001
+        print(f"fuse-all compile worker: warm-up failed: {type(error).__name__}: {error}", file=sys.stderr)
+
+
 def main() -> None:
     import tempfile
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr           # anything printed while compiling must not corrupt the protocol
     folder = tempfile.mkdtemp(prefix="fuse_all_compile_worker_")
     modules: dict = {}
+    _warm_up()
     _send(stdout, ("ready", os.getpid()))
     try:
         while True:

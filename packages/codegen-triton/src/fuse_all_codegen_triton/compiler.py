@@ -118,11 +118,27 @@ def worker_pool():
         return _WORKERS
 
 
+_KEY_WARMED = threading.Event()
+
+
 def start_workers() -> None:
-    """Start the worker processes early (they import Triton while the graph is lowered and rendered)."""
+    """Start the worker processes early (they import Triton while the graph is lowered and rendered), and
+    compute Triton's installation key for this process's own `triton.compile` calls in the background
+    (`_triton_compat.warm_compile_key`: hashing `libtriton.so` releases the GIL)."""
     pool = worker_pool()
     if pool is not None:
         threading.Thread(target=pool.start, name="fuse-all-start-compile-workers", daemon=True).start()
+    if not _KEY_WARMED.is_set():
+        _KEY_WARMED.set()
+        threading.Thread(target=_warm_compile_key, name="fuse-all-triton-key", daemon=True).start()
+
+
+def _warm_compile_key() -> None:
+    try:
+        compat.warm_compile_key()
+    except Exception as error:  # noqa: BLE001 - only a head start: the first compile computes it again
+        import logging
+        logging.getLogger("fuse_all").debug("fuse-all: Triton key not computed ahead: %s", error)
 
 
 def compile_variant(fn, spec: dict, key: VariantKey, device_index: int) -> Compiled:

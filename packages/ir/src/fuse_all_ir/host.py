@@ -12,6 +12,7 @@ of a module-level bool per call.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -109,7 +110,12 @@ _PRINTER = PythonIndexPrinter()
 def py_index(expr) -> str:
     if isinstance(expr, int):
         return str(expr)
-    return _PRINTER.doprint(sympy.sympify(expr))
+    return _py_index(sympy.sympify(expr))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _py_index(expr) -> str:
+    return _PRINTER.doprint(expr)
 
 
 def py_tuple(exprs) -> str:

@@ -58,10 +58,24 @@ def _factor_out(base, div, ranges):
     return None
 
 
+_SIMPLIFIED: dict = {}    # (expr, ranges) -> simplified; fusion probes rebuild the same kernels' indices
+_SIMPLIFIED_MAX = 50_000
+
+
 def simplify_index(expr, ranges: dict):
     expr = sympy.sympify(expr)
     if not expr.has(FloorDiv, ModularIndexing):
         return expr
+    key = (expr, tuple(ranges.items()))
+    found = _SIMPLIFIED.get(key)
+    if found is None:
+        if len(_SIMPLIFIED) >= _SIMPLIFIED_MAX:
+            _SIMPLIFIED.clear()
+        found = _SIMPLIFIED[key] = _simplify_index(expr, ranges)
+    return found
+
+
+def _simplify_index(expr, ranges: dict):
 
     def rewrite(e):
         if not e.args:

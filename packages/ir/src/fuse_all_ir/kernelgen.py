@@ -164,7 +164,7 @@ class KernelBuilder:
         self.origins.extend(m.origins)
         if what == "reduce":
             outer_index, red_index = node_index(self.group, m)
-            value = self.emit(m.body(outer_index, red_index))
+            value = self.emit(m.expression(outer_index, red_index))
             dtype = m.spec.dtype
             # one Reduce per (op, value): identical reductions that sibling fusion brought into one kernel
             # (LayerNorm's and GroupNorm's statistics of one row) share it, and codegens that group
@@ -176,7 +176,7 @@ class KernelBuilder:
             self.body.append(Store(m.name, self._simplify(store_index(m, outer_index)), self.reduced[m.name]))
         elif m.name in self.stored:
             index, _ = node_index(self.group, m)
-            value = self.emit(m.body(index))
+            value = self.emit(m.expression(index))
             self.body.append(Store(m.name, self._simplify(store_index(m, index)), value))
 
     def _new(self) -> str:
@@ -220,7 +220,7 @@ class KernelBuilder:
             return self._reduced_value(member, e)
         if e.logical is None:
             raise IllegalFusion(f"{e.buffer} is read through a strided view inside the kernel")
-        inlined = member.body(list(e.logical))
+        inlined = member.expression(list(e.logical))
         if e.args:
             inlined = mask_loads(inlined, e.args[0])
         return self.emit(inlined)

@@ -138,6 +138,17 @@ class Node:
     def is_compute(self) -> bool:
         return self.kind in ("pointwise", "reduction")
 
+    def expression(self, *indices) -> E:
+        """`body(*indices)`, memoised per index: fusion's legality probes build a growing kernel again for
+        every candidate, each time asking its members for the same expressions (a body is a pure function
+        of the index once lowering is done; `E`s are immutable)."""
+        key = tuple(tuple(index) for index in indices)
+        memo = self.__dict__.setdefault("_expressions", {})
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = self.body(*indices)
+        return found
+
 
 @dataclass
 class LoweredGraph:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import functools
+
 import sympy
 
 from .program import IndexValue, Kernel, Load, Loop, Store
@@ -54,12 +56,18 @@ def squeeze(kernel: Kernel) -> Kernel:
 def affine_stride(expr, var, index_vars=None) -> sympy.Expr | None:
     """How far `expr` moves when `var` grows by one, or None when that is not a constant (`var` inside
     FloorDiv/ModularIndexing, or multiplied by `var` itself or by another of `index_vars`)."""
-    expr = sympy.sympify(expr)
+    return _affine_stride(sympy.sympify(expr), var, frozenset(index_vars or ()))
+
+
+@functools.lru_cache(maxsize=1 << 16)   # tiling, merging and both renderers ask about the same indices
+def _affine_stride(expr, var, index_vars: frozenset) -> sympy.Expr | None:
+    if var not in expr.free_symbols:
+        return sympy.Integer(0)
     for sub in sympy.preorder_traversal(expr):
         if isinstance(sub, sympy.Function) and var in sub.free_symbols:
             return None
     step = sympy.diff(expr, var)
-    return None if step.free_symbols & ({var} | set(index_vars or ())) else step
+    return None if step.free_symbols & ({var} | index_vars) else step
 
 
 def _mergeable(kernel: Kernel, sizes, var, i: int, all_vars) -> bool:
