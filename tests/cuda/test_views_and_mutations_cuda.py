@@ -49,3 +49,22 @@ def test_input_mutations_are_written_back_after_their_readers():
     inputs = [torch.randn(33, 7, device=DEVICE) for _ in range(3)]
     ot.check(fn, *inputs, codegen="triton")
     _triton_only()
+
+
+def test_batch_norm_write_backs_take_the_multi_tensor_copy():
+    """Running stats (float32) and batch counts (int64) are written back in one `_foreach_copy_` per dtype,
+    which CUDA runs as multi-tensor kernels; a mixed-dtype list made one device-to-device memcpy per tensor."""
+    from torch.profiler import ProfilerActivity, profile
+    model = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Conv2d(8, 8, 3, padding=1),
+                                                                torch.nn.BatchNorm2d(8))]).to(DEVICE).train()
+    x = torch.randn(2, 8, 10, 10, device=DEVICE)
+    compiled = torch.compile(model, backend="fuse_all")
+    compiled(x).sum().backward()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        compiled(x)
+        torch.cuda.synchronize()
+    memcpys = [e.name for e in prof.events() if "Memcpy DtoD" in e.name]
+    assert not memcpys, memcpys
+    norms = [m for m in model if isinstance(m, torch.nn.BatchNorm2d)]
+    assert [bn.num_batches_tracked.item() for bn in norms] == [2] * len(norms)   # both calls wrote back

@@ -86,11 +86,22 @@ def _stacked_scalar_sources(g, copies) -> list:
 
 
 def write_back_inputs(g) -> None:
-    """One `_foreach_copy_` for the deferred copies (a single one stays a plain `copy_`)."""
-    from .lowering import _meta_stride, _refs, origin_of
+    """One `_foreach_copy_` per dtype for the deferred copies (a single one stays a plain `copy_`).
+
+    Per dtype because CUDA's `_foreach_copy_` takes its multi-tensor kernel only when every source has one
+    dtype; a mixed list (BatchNorm's float statistics with its int64 batch count) falls back to one copy per
+    tensor, a device-to-device memcpy each (0.3 ms per ResNet-50 training step on the H200)."""
     copies, g.deferred_copies = g.deferred_copies, []
-    if not copies:
-        return
+    groups: dict = {}
+    for n in copies:
+        meta = n.args[0].meta["val"]
+        groups.setdefault((meta.dtype, meta.device), []).append(n)
+    for group in groups.values():
+        _write_back_group(g, group)
+
+
+def _write_back_group(g, copies) -> None:
+    from .lowering import _meta_stride, _refs, origin_of
     if len(copies) == 1:
         token = CURRENT_ORIGIN.set(origin_of(copies[0]))
         try:

@@ -1,0 +1,126 @@
+"""Where a workload's device time goes: the top kernels per backend, and the time per kind (issue 11: "where
+a row misses, the note says where its time goes").
+
+    python bench/profile_kernels.py --device cuda --workloads resnet50_1x3x224x224 --backends inductor,fuse_all
+    python bench/profile_kernels.py --device cuda --workloads train_resnet50_32x224 --top 15 --channels-last
+
+Each backend compiles the workload in this process, warms up, then `--steps` steps run under
+torch.profiler. Kernels are grouped by kind from their names: convolution (cuDNN / implicit GEMM),
+matmul (cuBLAS / CUTLASS), generated (Triton or C++ kernels of the compiler), and other ATen kernels
+(copies, reductions, elementwise). Times are device time per step. `--channels-last` also times eager on a
+channels-last model and input (what a layout optimisation can gain on the convolutions).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for _src in [ROOT / "src", *sorted((ROOT / "packages").glob("*/src"))]:
+    if str(_src) not in sys.path:
+        sys.path.insert(0, str(_src))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import torch  # noqa: E402
+
+import workloads  # noqa: E402
+
+_KINDS = (
+    ("generated", re.compile(r"^triton_|^fa_|^kernel_|cpp_fused", re.I)),
+    ("convolution", re.compile(r"conv|cudnn|implicit|fprop|dgrad|wgrad|winograd|nchwToNhwc|nhwcToNchw", re.I)),
+    ("matmul", re.compile(r"gemm|cutlass|cublas|sm\d+_xmma|ampere_|hopper_|nvjet", re.I)),
+)
+
+
+def kind_of(name: str) -> str:
+    for kind, pattern in _KINDS:
+        if pattern.search(name):
+            return kind
+    return "other ATen"
+
+
+def _compiled(instance, backend: str):
+    if backend == "eager":
+        return instance.target
+    mode = "reduce-overhead" if backend.endswith("_ro") else None
+    name = backend.removesuffix("_ro")
+    torch._dynamo.reset()
+    return torch.compile(instance.target, backend=name, mode=mode)
+
+
+def _device_times(instance, fn, steps: int) -> tuple[dict[str, float], int]:
+    from torch.profiler import ProfilerActivity, profile
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    activities = [ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
+    for _ in range(3):
+        instance.step(fn)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            instance.step(fn)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    times: dict[str, float] = collections.defaultdict(float)
+    launches = 0
+    for event in prof.events():
+        if device == "cuda" and event.device_type == torch.autograd.DeviceType.CUDA:
+            times[event.name] += event.device_time / 1000.0 / steps
+            launches += 1
+    return times, launches // steps
+
+
+def _eager_channels_last_ms(name: str, device: str) -> tuple[float, float] | None:
+    """Eager ms per step with the model and input as built, and both converted to channels-last."""
+    import triton.testing
+    instance = workloads.build(name, device)
+    target = instance.target
+    cells = [c.cell_contents for c in (getattr(target, "__closure__", None) or ())]
+    model = target if isinstance(target, torch.nn.Module) else next(
+        (c for c in cells if isinstance(c, torch.nn.Module)), None)
+    if model is None:
+        return None
+    plain = triton.testing.do_bench(lambda: instance.step(target), rep=200)
+    model.to(memory_format=torch.channels_last)
+    for x in instance.inputs:
+        if isinstance(x, torch.Tensor) and x.dim() == 4:
+            x.data = x.data.contiguous(memory_format=torch.channels_last)
+    channels_last = triton.testing.do_bench(lambda: instance.step(target), rep=200)
+    return plain, channels_last
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=("cuda",), default="cuda")
+    p.add_argument("--workloads", required=True)
+    p.add_argument("--backends", default="inductor,fuse_all")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--top", type=int, default=12)
+    p.add_argument("--channels-last", action="store_true")
+    args = p.parse_args()
+    for name in workloads.expand(args.workloads.split(",")):
+        print(f"\n## {name}")
+        if args.channels_last:
+            result = _eager_channels_last_ms(name, args.device)
+            if result:
+                print(f"eager ms per step: as built {result[0]:.3f}, channels-last {result[1]:.3f}")
+        per_backend = {}
+        for backend in args.backends.split(","):
+            instance = workloads.build(name, args.device)
+            times, launches = _device_times(instance, _compiled(instance, backend), args.steps)
+            per_backend[backend] = times
+            by_kind: dict[str, float] = collections.defaultdict(float)
+            for kernel, ms in times.items():
+                by_kind[kind_of(kernel)] += ms
+            total = sum(times.values())
+            kinds = ", ".join(f"{k} {v:.3f}" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]))
+            print(f"\n{backend}: device ms/step {total:.3f} in {launches} launches ({kinds})")
+            for kernel, ms in sorted(times.items(), key=lambda kv: -kv[1])[:args.top]:
+                print(f"  {ms:8.4f} ms  {kind_of(kernel):11s} {kernel[:110]}")
+
+
+if __name__ == "__main__":
+    main()
