@@ -16,6 +16,7 @@ memory it never wrote then fails at the first step instead of only when the cach
 stale memory (fresh cudaMalloc'd pages are often zero). On CPU both codegens pass with it.
 
     source bench/gpu_env.sh && python bench/gpu_layout_training_probe.py [--poison] [--layout-off] [--steps 3]
+        [--no-externs] [--no-reference] [--kernel-checks]
 (on CPU: `--device cpu --size 16`, the flow as the CPU tests run it.)
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import layout_checks  # noqa: E402
 
 STEP = [0]
+KERNEL_CHECKS = {"checked": 0, "in place, not rerun": 0}
 
 
 def _describe(t) -> str:
@@ -88,6 +90,67 @@ def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
     return (diff / want.double().abs().max().clamp_min(1e-30)).item() if diff > 0 else 0.0
 
 
+def _poison_fill(t: torch.Tensor) -> None:
+    if t.is_floating_point():
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        t.fill_(-12345 if t.dtype != torch.uint8 else 77)
+
+
+def _check_kernels() -> None:
+    """Every Triton launch runs three times: as the program asks (fast launcher), again with its outputs
+    filled with NaN first, and through the general launcher. A kernel that does not write all of its
+    outputs, races between its programs, or whose fast path differs from the general one shows up
+    (kernels that write a buffer they read, or outputs sharing memory with inputs, are run once)."""
+    from fuse_all_codegen_triton.runtime import TritonKernel
+    original_set_paths = TritonKernel._set_paths
+    reported = set()
+
+    def _set_paths(self, run, run_on=None):
+        original_set_paths(self, run, run_on)
+        fast_run, fast_run_on = self.run, self.run_on
+
+        def checked_run_on(stream, *args):
+            launch = fast_run if stream is None else (lambda *a: fast_run_on(stream, *a))
+            launch(*args)
+            n_in, n_ptr = self.spec["n_inputs"], self.n_ptr
+            outs = [a for a in args[n_in:n_ptr] if isinstance(a, torch.Tensor)]
+            in_storages = {a.untyped_storage().data_ptr() for a in args[:n_in] if isinstance(a, torch.Tensor)}
+            if self.spec["mutated"] or any(o.untyped_storage().data_ptr() in in_storages for o in outs):
+                KERNEL_CHECKS["in place, not rerun"] += 1
+                return
+            KERNEL_CHECKS["checked"] += 1
+            first = [o.clone() for o in outs]
+            for o in outs:
+                _poison_fill(o)
+            launch(*args)
+            poisoned = [o.clone() for o in outs]
+            for o in outs:
+                _poison_fill(o)
+            (self._run_jit if self.interpret else self._run_general)(*args)
+            for i, (o, f, q) in enumerate(zip(outs, first, poisoned)):
+                if o.is_floating_point():
+                    same_q = torch.equal(torch.nan_to_num(q, 7.0), torch.nan_to_num(f, 7.0)) and \
+                        torch.equal(q.isnan(), f.isnan())
+                    same_g = torch.equal(torch.nan_to_num(o, 7.0), torch.nan_to_num(f, 7.0)) and \
+                        torch.equal(o.isnan(), f.isnan())
+                else:
+                    same_q, same_g = torch.equal(q, f), torch.equal(o, f)
+                key = (self.name, i, STEP[0])
+                if (not same_q or not same_g) and key not in reported:
+                    reported.add(key)
+                    print(f"  KERNEL {self.name} output {i} {_describe(o)} step {STEP[0]}: "
+                          f"{'differs when its output starts as NaN (unwritten elements or a race); ' if not same_q else ''}"
+                          f"{'general launcher differs from the fast one' if not same_g else ''}")
+            for o, f in zip(outs, first):   # leave what the program computed
+                o.copy_(f)
+        self.run_on = checked_run_on
+        self.run = lambda *args: checked_run_on(None, *args)
+    TritonKernel._set_paths = _set_paths
+
+
 def _copy(t):
     if not isinstance(t, torch.Tensor):
         return t
@@ -96,7 +159,7 @@ def _copy(t):
     return c
 
 
-def _wrap_call(call, graph, gm):
+def _wrap_call(call, graph, gm, compare: bool):
     placeholders = gm.graph.find_nodes(op="placeholder")
     calls = [0]
 
@@ -114,8 +177,10 @@ def _wrap_call(call, graph, gm):
         shared = [ix for ix in storages.values() if len(ix) > 1]
         if shared:
             print(f"  {label}: inputs sharing storage: {shared}")
-        copies = [_copy(a) for a in args]
+        copies = [_copy(a) for a in args] if compare else None
         out = call(args)
+        if not compare:
+            return out
         with torch.no_grad():
             reference = gm(*copies)
         worst = []
@@ -136,7 +201,7 @@ def _wrap_call(call, graph, gm):
     return checked
 
 
-def _instrument(trace_externs: bool) -> None:
+def _instrument(trace_externs: bool, compare: bool) -> None:
     import fuse_all.backend as backend
     import fuse_all_ir
 
@@ -153,7 +218,7 @@ def _instrument(trace_externs: bool) -> None:
         current["id"] = f"{graph.kind} {graph.graph_id}"
         call = original_compile(graph, opts, record, outputs, bar)
         print(f"compiled {graph.kind} {graph.graph_id}: {record.layout}")
-        return _wrap_call(call, graph, graph.graph_module)
+        return _wrap_call(call, graph, graph.graph_module, compare)
 
     backend._compile = compile_
     backend.ir.load_host_program = load_host_program
@@ -167,6 +232,10 @@ def main() -> None:
     parser.add_argument("--poison", action="store_true")
     parser.add_argument("--layout-off", action="store_true", help="keep the CUDA training switch on (NCHW)")
     parser.add_argument("--no-externs", action="store_true", help="do not print every ATen call")
+    parser.add_argument("--no-reference", action="store_true",
+                        help="do not rerun each graph in ATen (the extra work changes what memory gets reused)")
+    parser.add_argument("--kernel-checks", action="store_true",
+                        help="run every Triton launch 3 times: as asked, with NaN-filled outputs, general launcher")
     parser.add_argument("--codegen", default="auto")
     args = parser.parse_args()
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
@@ -177,7 +246,9 @@ def main() -> None:
     if args.poison:
         _poison(runtime)
     _log_relayouts(runtime)
-    _instrument(not args.no_externs)
+    if args.kernel_checks:
+        _check_kernels()
+    _instrument(not args.no_externs, not args.no_reference)
 
     torch.manual_seed(0)
     model = layout_checks.ConvBNReLU()
@@ -210,6 +281,8 @@ def main() -> None:
             err = [((g[name].double() - reference).abs().max() / scale).item() for g in (grads[2], grads[0])]
             flag = "  <-- WRONG" if err[0] > max(10 * err[1], 1e-5) else ""
             print(f"  step {step} grad {name:20s} compiled {err[0]:.2e}  eager {err[1]:.2e} (rel. to float64){flag}")
+        if args.kernel_checks:
+            print(f"  kernel launches so far: {KERNEL_CHECKS}")
 
 
 if __name__ == "__main__":
