@@ -9,6 +9,8 @@ the second SGD step on the H200). One run prints, per SGD step:
 * every ATen call of the host programs (convolutions, their backwards, ...): the strides of its inputs and
   outputs on each call, and every `ensure_layout` that had to re-lay an ATen result out (cuDNN chose
   other strides than the fake tensors predicted);
+* weight-shaped graph inputs that are not the current parameter's memory (a stale copy would give
+  gradients ~lr-sized off at the second step, about what was seen);
 * the model's gradients against float64, next to eager float32's error.
 
 `--poison` fills every buffer the host programs allocate with NaN (ints: -12345): a program that reads
@@ -32,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import layout_checks  # noqa: E402
 
 STEP = [0]
+PARAMETERS: dict[str, torch.Tensor] = {}   # the compiled model's parameters, to spot stale copies
 KERNEL_CHECKS = {"checked": 0, "in place, not rerun": 0}
 
 
@@ -177,6 +180,14 @@ def _wrap_call(call, graph, gm, compare: bool):
         shared = [ix for ix in storages.values() if len(ix) > 1]
         if shared:
             print(f"  {label}: inputs sharing storage: {shared}")
+        for i, a in enumerate(args):   # a weight-shaped input should be the current parameter itself
+            if not isinstance(a, torch.Tensor):
+                continue
+            same_shape = {n: p for n, p in PARAMETERS.items() if p.shape == a.shape and p.dim() > 1}
+            if same_shape and not any(p.data_ptr() == a.data_ptr() for p in same_shape.values()):
+                equal = [n for n, p in same_shape.items() if torch.equal(p.detach(), a)]
+                print(f"  {label}: INPUT {i} {_describe(a)} is not a parameter's memory; equal in value to "
+                      f"{equal or 'no current parameter (a stale copy?)'}")
         copies = [_copy(a) for a in args] if compare else None
         out = call(args)
         if not compare:
@@ -256,6 +267,7 @@ def main() -> None:
     model = model.to(args.device).train()
     x = torch.randn(4, 3, args.size, args.size, device=args.device)
     y = torch.randint(0, 10, (4,), device=args.device)
+    PARAMETERS.update(dict(model.named_parameters()))
     eager, wide = copy.deepcopy(model), copy.deepcopy(model).double()
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for m in (eager, wide, model)]
     compiled = torch.compile(model, backend="fuse_all",
