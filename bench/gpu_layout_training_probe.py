@@ -35,6 +35,7 @@ import layout_checks  # noqa: E402
 
 STEP = [0]
 PARAMETERS: dict[str, torch.Tensor] = {}   # the compiled model's parameters, to spot stale copies
+LAST_FORWARD: list = []   # the latest forward call's outputs: a backward's saved activations should be these
 KERNEL_CHECKS = {"checked": 0, "in place, not rerun": 0}
 
 
@@ -188,8 +189,16 @@ def _wrap_call(call, graph, gm, compare: bool):
                 equal = [n for n, p in same_shape.items() if torch.equal(p.detach(), a)]
                 print(f"  {label}: INPUT {i} {_describe(a)} is not a parameter's memory; equal in value to "
                       f"{equal or 'no current parameter (a stale copy?)'}")
+        if graph.kind == "backward" and LAST_FORWARD:
+            foreign = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dim() > 0
+                       and not any(p.data_ptr() == a.data_ptr() for p in PARAMETERS.values())
+                       and not any(o.data_ptr() == a.data_ptr() and o.shape == a.shape for o in LAST_FORWARD)]
+            print(f"  {label}: inputs that are neither a parameter nor an output of the latest forward call "
+                  f"(tangents, or stale/copied activations): {foreign} of {len(args)}")
         copies = [_copy(a) for a in args] if compare else None
         out = call(args)
+        if graph.kind == "forward":
+            LAST_FORWARD[:] = [o for o in out if isinstance(o, torch.Tensor)]
         if not compare:
             return out
         with torch.no_grad():
