@@ -25,10 +25,15 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
+import tempfile
 from pathlib import Path
 
-import torch
+# every graph must really compile in this process (a graph loaded from a cache would skip the wrappers)
+os.environ["FUSE_ALL_CACHE_DIR"] = tempfile.mkdtemp(prefix="fuse_all_probe_")
+
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import layout_checks  # noqa: E402
@@ -259,6 +264,7 @@ def main() -> None:
     parser.add_argument("--codegen", default="auto")
     args = parser.parse_args()
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    torch._functorch.config.enable_autograd_cache = False
 
     import fuse_all_ir.runtime as runtime
     from fuse_all_ir import layout_decision
