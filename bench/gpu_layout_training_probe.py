@@ -264,7 +264,8 @@ def main() -> None:
     parser.add_argument("--codegen", default="auto")
     args = parser.parse_args()
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    torch._functorch.config.enable_autograd_cache = False
+    import torch._functorch.config as functorch_config
+    functorch_config.enable_autograd_cache = False
 
     import fuse_all_ir.runtime as runtime
     from fuse_all_ir import layout_decision
