@@ -31,6 +31,7 @@ _NODES_PER_CONVOLUTION = 300
 # step (the first step, CPU training with both codegens, Triton's interpreter, and a one-block GPU training
 # test were right; buffer reuse and split reductions were ruled out). A wrong answer is worse than a slow
 # one: CUDA training graphs keep NCHW until that is understood. Tests flip this to reproduce it.
+# `bench/gpu_layout_training_probe.py` pins it in one GPU run (per graph call, ATen call and Triton launch).
 CUDA_TRAINING_WRONG_GRADIENTS = True
 
 
