@@ -40,6 +40,10 @@ TRANSPOSED = {
                                  lambda: (make((48, 65)), make((65, 1)), make((65, 48)))),
     "int_transposed": (lambda x, y: x.t() + y, lambda: (make((33, 20), torch.int32), make((20, 33), torch.int32))),
     "half_transposed": (lambda x, y: x.t() * y, lambda: (make((40, 36), torch.float16), make((36, 40), torch.float16))),
+    # pure copies: full blocks go through register transposes straight into the output (4-byte types)
+    "nchw_to_nhwc_full_blocks": (lambda x: x.permute(0, 2, 3, 1).contiguous(), lambda: (make((2, 64, 9, 20)),)),
+    "int_to_channels_last": (lambda x: x.to(memory_format=torch.channels_last), lambda: (make((2, 40, 7, 9), torch.int32),)),
+    "half_nchw_to_nhwc": (lambda x: x.permute(0, 2, 3, 1).contiguous(), lambda: (make((2, 48, 9, 20), torch.float16),)),
 }
 
 
@@ -147,3 +151,16 @@ def test_cpp_full_blocks_transpose_in_registers():
         (graph,) = fuse_all.compiled_graphs()
         source = "\n".join(graph.kernel_sources.values())
         assert staged in source and "// a full block" in source and "else {" in source
+
+
+def test_cpp_pure_copies_transpose_straight_into_the_output():
+    """A permuted copy of a 4-byte type needs no staging buffer: each full block is 8x8 register transposes
+    from the input to the output; 2-byte types and blocks at the edges keep the element loops."""
+    for case, direct in (("nchw_to_nhwc_full_blocks", True), ("int_to_channels_last", True),
+                         ("half_nchw_to_nhwc", False), ("t_add_aliasing_stride", False)):
+        fn, inputs = TRANSPOSED[case]
+        assert "transpose" in _plans(fn, inputs(), "cpp")
+        (graph,) = fuse_all.compiled_graphs()
+        source = "\n".join(graph.kernel_sources.values())
+        assert ("straight into the outputs" in source) == direct, case
+        assert ("fa_tb0" in source) != direct, case

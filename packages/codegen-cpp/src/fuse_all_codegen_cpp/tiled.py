@@ -63,7 +63,26 @@ class TiledLoops:
         self.emit(f"const int64_t fa_y1 = fa_y0 + {block_y} < ({size_y}) ? fa_y0 + {block_y} : ({size_y});")
         self.emit(f"const int64_t fa_x1 = fa_x0 + {block_x} < ({size_x}) ? fa_x0 + {block_x} : ({size_x});")
         staged = self.staged_loads(loop.body, xvar(y), xvar(x))
-        if staged:
+        copies = self.transposing_copies(loop.body, staged, xvar(y), xvar(x))
+        if copies and block_x % 8 == 0 and block_y % 8 == 0:
+            self.open(f"if (fa_y1 - fa_y0 == {block_y} && fa_x1 - fa_x0 == {block_x})",
+                      comment="a full block: 8x8 register transposes straight into the outputs")
+            self.open(f"for (int64_t fa_i = 0; fa_i < {block_x}; fa_i += 8)")
+            self.open(f"for (int64_t fa_j = 0; fa_j < {block_y}; fa_j += 8)")
+            at = {xvar(y): _loop_symbol("fa_y0") + _loop_symbol("fa_j"), xvar(x): _loop_symbol("fa_x0") + _loop_symbol("fa_i")}
+            every = {xvar(y), xvar(x)}
+            for load, store in copies:
+                self.emit(f"fa_transpose8x8_b32(&{c_name(load.buffer)}[{cpp_index(load.index.xreplace(at))}], "
+                          f"{cpp_index(affine_stride(load.index, xvar(x), every))}, "
+                          f"&{c_name(store.buffer)}[{cpp_index(store.index.xreplace(at))}], "
+                          f"{cpp_index(affine_stride(store.index, xvar(y), every))});")
+            self.close()
+            self.close()
+            self.close()
+            self.open("else")
+            self.block_loops(loop.body, xvar(y), xvar(x))
+            self.close()
+        elif staged:
             self.open(f"if (fa_y1 - fa_y0 == {block_y} && fa_x1 - fa_x0 == {block_x})", comment="a full block")
             for n, load in enumerate(staged):
                 self.emit(f"alignas(64) {rules.storage_type(self.buffers[load.buffer])} fa_tb{n}[{block_y * block_x}];")
@@ -88,8 +107,9 @@ class TiledLoops:
             self.staged = {}
             self.close()
             self.open("else")
-        self.block_loops(loop.body, xvar(y), xvar(x))
-        if staged:
+        if not copies:
+            self.block_loops(loop.body, xvar(y), xvar(x))
+        if staged and not copies:
             self.close()
         for _ in range(len(rest) + 2):
             self.close()
@@ -105,6 +125,26 @@ class TiledLoops:
             self.statement(stmt)
         self.close()
         self.close()
+
+    def transposing_copies(self, body, staged, var_y, var_x) -> list:
+        """(load, store) pairs when the body only copies 4-byte operands that walk y contiguously to outputs
+        that walk x contiguously (a permuted copy, NCHW -> NHWC): a full block then needs no staging buffer.
+        Empty otherwise."""
+        loads = {load.name: load for load in staged}
+        pairs = []
+        for stmt in body:
+            if isinstance(stmt, Load) and stmt.name in loads:
+                continue
+            if not isinstance(stmt, Store) or stmt.value not in loads:
+                return []
+            load = loads[stmt.value]
+            if (self.buffers[stmt.buffer] != self.buffers[load.buffer] or load.dtype != self.buffers[load.buffer]
+                    or rules.storage_type(self.buffers[stmt.buffer]) not in FOUR_BYTE_TYPES
+                    or affine_stride(stmt.index, var_x, {var_y, var_x}) != 1
+                    or affine_stride(stmt.index, var_y, {var_y, var_x}) in (None, 0)):
+                return []
+            pairs.append((load, stmt))
+        return pairs
 
     @staticmethod
     def staged_loads(body, var_y, var_x) -> list:
