@@ -164,3 +164,17 @@ def test_cpp_pure_copies_transpose_straight_into_the_output():
         source = "\n".join(graph.kernel_sources.values())
         assert ("straight into the outputs" in source) == direct, case
         assert ("fa_tb0" in source) != direct, case
+
+
+def test_cpp_phased_column_tiles_fit_one_phase_in_l2():
+    """A column reduction with several phases (a norm) narrows its tile so one phase's rows stay in L2:
+    64 channels -> 512 columns, 256 channels -> 128; a one-phase column mean keeps 1024."""
+    for channels, tile in ((64, 512), (256, 128)):
+        inputs = (make((1, channels, 4, 80)), make((channels,)), make((channels,)))
+        assert "column" in _plans(_ln_channels, inputs, "cpp")
+        (graph,) = fuse_all.compiled_graphs()
+        (source,) = graph.kernel_sources.values()
+        assert f"fa_tile_width(320, 1, {tile})" in source
+    _plans(lambda x: x.mean(0), (make((300, 37)),), "cpp")
+    (graph,) = fuse_all.compiled_graphs()
+    assert "fa_tile_width(37, 1, 1024)" in "".join(graph.kernel_sources.values())
