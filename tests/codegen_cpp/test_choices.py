@@ -21,8 +21,10 @@ def test_each_reduction_layout_gets_its_shape():
     assert shapes(ke.softmax("cpu")) == {"kernel_0": "rows"}
     assert shapes(ke.full_reduction("cpu")) == {"kernel_0": "split"}
     assert shapes(ke.column_reductions("cpu")) == {"kernel_0": "tiled", "kernel_1": "tiled"}
-    tiled = CppChoices().choose_kernel_shape(normalize(ke.column_reductions("cpu").program.kernels["kernel_0"]))
-    assert tiled.get("max_tile") == 1024
+    kernels = ke.column_reductions("cpu").program.kernels
+    # a softmax down 300 rows reads its tile in three phases: 64 columns keep one phase's rows in L2
+    assert CppChoices().choose_kernel_shape(normalize(kernels["kernel_0"])).get("max_tile") == 64
+    assert CppChoices().choose_kernel_shape(normalize(kernels["kernel_1"])).get("max_tile") == 1024
 
 
 class RowsOnly(CppChoices):

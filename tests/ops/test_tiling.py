@@ -40,6 +40,10 @@ TRANSPOSED = {
                                  lambda: (make((48, 65)), make((65, 1)), make((65, 48)))),
     "int_transposed": (lambda x, y: x.t() + y, lambda: (make((33, 20), torch.int32), make((20, 33), torch.int32))),
     "half_transposed": (lambda x, y: x.t() * y, lambda: (make((40, 36), torch.float16), make((36, 40), torch.float16))),
+    # pure copies: full blocks go through register transposes straight into the output (4-byte types)
+    "nchw_to_nhwc_full_blocks": (lambda x: x.permute(0, 2, 3, 1).contiguous(), lambda: (make((2, 64, 9, 20)),)),
+    "int_to_channels_last": (lambda x: x.to(memory_format=torch.channels_last), lambda: (make((2, 40, 7, 9), torch.int32),)),
+    "half_nchw_to_nhwc": (lambda x: x.permute(0, 2, 3, 1).contiguous(), lambda: (make((2, 48, 9, 20), torch.float16),)),
 }
 
 
@@ -77,11 +81,65 @@ COLUMNS = {
 }
 
 
+
+def _ln_channels(x, w, b):
+    return F.layer_norm(x.permute(0, 2, 3, 1), (x.shape[1],), w, b).permute(0, 3, 1, 2)
+
+
+# column reductions whose last phase stores along the reduction dim (the output walks the channels
+# contiguously): the C++ tile stages rows and transposes them out; odd channel counts leave a partial block
+# of rows, odd column counts partial 8-column blocks
+STORES_ALONG_REDUCTION = {
+    "layernorm_channels_odd": (_ln_channels, lambda: (make((2, 13, 7, 9)), make((13,)), make((13,)))),
+    "layernorm_channels_wide": (_ln_channels, lambda: (make((1, 40, 33, 35)), make((40,)), make((40,)))),
+    "layernorm_channels_half": (_ln_channels, lambda: (make((2, 20, 6, 7), torch.float16), make((20,), torch.float16),
+                                                       make((20,), torch.float16))),
+    "layernorm_channels_double": (_ln_channels, lambda: (make((2, 19, 5, 8), torch.float64), make((19,), torch.float64),
+                                                         make((19,), torch.float64))),
+    "centered_to_nhwc": (lambda x: (x - x.mean(1, keepdim=True)).permute(0, 2, 3, 1).contiguous(),
+                         lambda: (make((3, 17, 11, 6)),)),
+    "int_centered_to_nhwc": (lambda x: (x - x.amax(1, keepdim=True)).permute(0, 2, 3, 1).contiguous(),
+                             lambda: (make((2, 16, 9, 8), torch.int32),)),
+    "layernorm_ncl": (lambda x, w, b: F.layer_norm(x.transpose(1, 2), (x.shape[1],), w, b).transpose(1, 2),
+                      lambda: (make((3, 27, 50)), make((27,)), make((27,)))),
+}
+COLUMNS.update(STORES_ALONG_REDUCTION)
+
+
 @pytest.mark.parametrize("codegen", BOTH)
 @pytest.mark.parametrize("case", list(COLUMNS))
 def test_column_reductions(case, codegen):
     fn, inputs = COLUMNS[case]
     assert "column" in _plans(fn, inputs(), codegen)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_layernorm_over_channels_of_a_channels_last_tensor_reads_rows(codegen):
+    """The same function on a channels-last input reduces along contiguous rows: no column tile."""
+    inputs = (make((2, 24, 6, 5)).to(memory_format=torch.channels_last), make((24,)), make((24,)))
+    assert _plans(_ln_channels, inputs, codegen) == ["none"]
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_layernorm_over_channels_dynamic_shapes(codegen):
+    for n, c, h, w in ((2, 13, 7, 9), (1, 24, 5, 11)):
+        plans = _plans(_ln_channels, (make((n, c, h, w)), make((c,)), make((c,))), codegen, dynamic=True)
+        assert "column" in plans
+
+
+def test_cpp_stores_along_the_reduction_are_transposed_out():
+    """LayerNorm over NCHW channels: the normalising phase stages 8 rows of the tile and writes them with
+    8x8 register transposes (float) or element by element (float16), and computes the mean and
+    1/sqrt(var + eps) once per column before its loop, not once per element."""
+    for case, transposed in (("layernorm_channels_odd", True), ("layernorm_channels_half", False)):
+        fn, inputs = STORES_ALONG_REDUCTION[case]
+        _plans(fn, inputs(), "cpp")
+        (graph,) = fuse_all.compiled_graphs()
+        (source,) = graph.kernel_sources.values()
+        assert "rows staged, then transposed into the outputs" in source
+        assert ("fa_transpose8x8_b32(&fa_st0[fa_j]" in source) == transposed
+        normalising = source[source.index("rows staged"):]
+        assert "__builtin_sqrtf" not in normalising and "__builtin_sqrtf" in source
 
 
 def test_cpp_full_blocks_transpose_in_registers():
@@ -93,3 +151,30 @@ def test_cpp_full_blocks_transpose_in_registers():
         (graph,) = fuse_all.compiled_graphs()
         source = "\n".join(graph.kernel_sources.values())
         assert staged in source and "// a full block" in source and "else {" in source
+
+
+def test_cpp_pure_copies_transpose_straight_into_the_output():
+    """A permuted copy of a 4-byte type needs no staging buffer: each full block is 8x8 register transposes
+    from the input to the output; 2-byte types and blocks at the edges keep the element loops."""
+    for case, direct in (("nchw_to_nhwc_full_blocks", True), ("int_to_channels_last", True),
+                         ("half_nchw_to_nhwc", False), ("t_add_aliasing_stride", False)):
+        fn, inputs = TRANSPOSED[case]
+        assert "transpose" in _plans(fn, inputs(), "cpp")
+        (graph,) = fuse_all.compiled_graphs()
+        source = "\n".join(graph.kernel_sources.values())
+        assert ("straight into the outputs" in source) == direct, case
+        assert ("fa_tb0" in source) != direct, case
+
+
+def test_cpp_phased_column_tiles_fit_one_phase_in_l2():
+    """A column reduction with several phases (a norm) narrows its tile so one phase's rows stay in L2:
+    64 channels -> 512 columns, 256 channels -> 128; a one-phase column mean keeps 1024."""
+    for channels, tile in ((64, 512), (256, 128)):
+        inputs = (make((1, channels, 4, 80)), make((channels,)), make((channels,)))
+        assert "column" in _plans(_ln_channels, inputs, "cpp")
+        (graph,) = fuse_all.compiled_graphs()
+        (source,) = graph.kernel_sources.values()
+        assert f"fa_tile_width(320, 1, {tile})" in source
+    _plans(lambda x: x.mean(0), (make((300, 37)),), "cpp")
+    (graph,) = fuse_all.compiled_graphs()
+    assert "fa_tile_width(37, 1, 1024)" in "".join(graph.kernel_sources.values())

@@ -74,6 +74,7 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         self.arrays: set[str] = set()               # values held per column of a tile (tiled reductions)
         self.reused: dict[str, tuple[int, str]] = {}  # value -> (scratch id, earlier value): see reuse.py
         self.staged: dict[str, str] = {}            # load -> where a tile block staged it (tiled.py)
+        self.staged_stores: dict[int, str] = {}     # id(store) -> the staging buffer it writes (tiled.py)
 
     # -- output helpers
     def emit(self, line: str) -> None:
@@ -118,7 +119,8 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             buf_dtype = self.buffers[stmt.buffer]
             value = rules.render_cast(self.ref(stmt.value), self.dtypes[stmt.value], buf_dtype)
             value = rules.STORE_CONVERT.get(buf_dtype, "{}").format(value)
-            self.emit(f"{c_name(stmt.buffer)}[{cpp_index(stmt.index)}] = {value};")
+            target = self.staged_stores.get(id(stmt)) or f"{c_name(stmt.buffer)}[{cpp_index(stmt.index)}]"
+            self.emit(f"{target} = {value};")
         elif isinstance(stmt, Reduce):
             self.reduce_update(stmt)
         else:
@@ -326,6 +328,13 @@ class KernelRenderer(TiledLoops, WelfordTiles):
                 elif isinstance(stmt, Reduce) or (not loop.over_reduction and not isinstance(stmt, Store)):
                     self.arrays.add(stmt.name)
                     self.emit(f"{rules.compute_type(stmt.dtype)} {_value(stmt.name)}[{max_tile}];")
+        invariants = {}               # phase -> what it computes once per column (tiled.py)
+        for phase, loop in enumerate(k.loops):
+            if loop.over_reduction:
+                invariants[phase], per_column = self.column_invariants(loop)
+                for name in sorted(per_column):
+                    self.arrays.add(name)
+                    self.emit(f"{rules.compute_type(self.dtypes[name])} {_value(name)}[{max_tile}];")
 
         def column_loop(body):
             self.emit("#pragma omp simd")
@@ -335,13 +344,16 @@ class KernelRenderer(TiledLoops, WelfordTiles):
                 self.statement(stmt)
             self.close()
 
-        for loop in k.loops:
+        for phase, loop in enumerate(k.loops):
             if not loop.over_reduction:
                 column_loop([st for st in loop.body if not isinstance(st, Const)])   # consts: emitted above
                 continue
             if welford_groups(loop.body):
                 self.welford_tile_phase(loop, max_tile)
                 continue
+            hoisted = {id(st) for st in invariants[phase] if isinstance(st, Compute)}
+            if hoisted:
+                column_loop(invariants[phase])
             reduces = [s for s in loop.body if isinstance(s, Reduce)]
             # float sums down long columns: a tree of fan-out 64 per column (see fa_tile_flush)
             sums = [r for r in reduces if is_float_sum(r)] if self.block_dim(64) is not None else []
@@ -358,16 +370,22 @@ class KernelRenderer(TiledLoops, WelfordTiles):
                         self.emit(f"for (int64_t fa_k = 0; fa_k < FA_TILE_LEVELS - 1; ++fa_k) "
                                   f"fa_lv_{_value(r.name)}[fa_k][fa_j] = 0;")
                 self.close()
+            stores = self.transposed_stores(loop.body)
             for i, size in enumerate(k.reduction):
-                self.open(f"for (int64_t {rvar(i)} = 0; {rvar(i)} < {cpp_index(size)}; ++{rvar(i)})")
-            column_loop(loop.body)
+                first, end = "0", cpp_index(size)
+                if stores and i == len(k.reduction) - 1:
+                    first, end = self.open_store_rows(stores, size, max_tile)
+                self.open(f"for (int64_t {rvar(i)} = {first}; {rvar(i)} < {end}; ++{rvar(i)})")
+            column_loop([st for st in loop.body if id(st) not in hoisted])
             if sums:
                 self.open(f"if ((++fa_rows & ((1 << FA_TILE_LEVEL_BITS) - 1)) == 0)")
                 for r in sums:
                     self.emit(f"fa_tile_flush({_value(r.name)}, fa_lv_{_value(r.name)}[0], {max_tile}, fa_w, fa_rows);")
                 self.close()
-            for _ in k.reduction:
+            for i in reversed(range(len(k.reduction))):
                 self.close()
+                if stores and i == len(k.reduction) - 1:
+                    self.close_store_rows(stores, max_tile)
             if sums:
                 for r in sums:
                     self.emit(f"fa_tile_total({_value(r.name)}, fa_lv_{_value(r.name)}[0], {max_tile}, fa_w);")
