@@ -54,7 +54,7 @@ def test_split_sums_against_float64_on_gpu():
     eager_v, eager_m = torch.var_mean(x, 0)
     for label, a, e, r in (("sum", s, x.sum(0), x64.sum(0)), ("var", v, eager_v, ref_v), ("mean", m, eager_m, ref_m)):
         ot.assert_near_float64(a, e, r, label, atol=1e-6 * r.abs().max().item())
-    assert _split_kernels() >= 2
+    assert _split_kernels() >= 1   # sum and mean share one Reduce; the variance joins them (sibling fusion)
 
 
 def test_split_batchnorm_nchw_backward_on_gpu():
