@@ -589,7 +589,7 @@ def in_place(device):
                                          Compute("b", "mul", ("a", "two"), "float32"),
                                          Load("x", "arg0", x0 * s0 + x1, "float32"), Compute("c", "add", ("b", "x"), "float32"),
                                          Store("buf3", x0 * s0 + x1, "c")], ["buf2", "arg0"], ["buf3"], [s0])
-    layout = spec("float32", [R, s0])
+    layout = spec("float32", [R, s0], device=device)     # a donor must be on the program's device
     p = program("in_place", device, {"arg0": layout}, {"buf3": layout}, [k0, k1, k2, k3],
                 temps={"buf0": layout, "buf1": layout, "buf2": layout},
                 size_symbols={s0: "arg0.size(1)"}, size_hints={s0: 301})
