@@ -192,3 +192,17 @@ def test_view_of_an_offset_input_returned_under_dynamic_shapes(codegen):
     view, _ = compiled(a)
     assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
     assert view.storage_offset() == fn(a)[0].storage_offset() == 8
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_no_load_from_an_empty_tensor_whose_index_a_reshape_dropped(codegen):
+    """Triton: `softmax(((x + y).reshape(-1)), 0)` of a (64, 32, 13, 0) sum is a persistent reduction over
+    () x (0,). The reshape of an empty value loads index 0 whatever the index, so the load no longer
+    depended on the reduction index, was hoisted out of the rmask and read element 0 of a zero-byte
+    (null) buffer: the interpreter segfaulted, a GPU faults the same way. A zero-element buffer is now
+    never read (its loads are a constant no output can see). Fuzz: seed 31 index 455 (triton)."""
+    def fn(x, y, z):
+        v = (torch.nn.functional.mish(x) + y.clamp(-1, 1)).reshape(-1)
+        return torch.softmax(-v, 0), torch.nn.functional.pad(x, [1, 2], value=0.5) + 1, v.sum() + z.sum()
+    inputs = [torch.randn(64, 32, 13, 0), torch.randn(64, 32, 13, 1), torch.randn(8)]
+    _run_calls(fn, [inputs], codegen)
