@@ -154,13 +154,15 @@ def main(argv=None):
                 if args.verbose:
                     print(f"  invalid program (generator bug): {out.invalid}")
                 continue
-            for kind, detail, key in out.findings:
+            for kind, detail, key, trace in out.findings:
                 fallbacks += kind == "fallback"
                 new = key not in classes
                 classes[key].append((out.index, out.codegen))
                 print(f"[{out.codegen} seed={args.seed} index={out.index}] {kind}: {detail}", flush=True)
+                if trace and (new or args.verbose):
+                    print("  " + trace.rstrip().replace("\n", "\n  "), flush=True)
                 if new and args.minimize:
-                    finding = fuzzcheck.Finding(kind, detail, out.program, out.codegen)
+                    finding = fuzzcheck.Finding(kind, detail, out.program, out.codegen, trace)
                     small = minimize(out.program, finding, out.codegen, args.backend)
                     print("  minimised reproducer:\n" + "\n".join("    " + ln for ln in small.describe().splitlines()),
                           flush=True)

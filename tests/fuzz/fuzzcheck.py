@@ -13,7 +13,6 @@ Judgement (per output, per call, and per gradient in training programs):
 """
 from __future__ import annotations
 
-import os
 import re
 import time
 import traceback
@@ -35,6 +34,7 @@ class Finding:
     detail: str
     program: fuzzgen.Program
     codegen: str
+    trace: str = ""    # the full traceback of a crash (workers send it back with the finding)
 
     @property
     def key(self) -> str:
@@ -203,9 +203,10 @@ def run_program(prog, codegen="cpp", backend="fuse_all", strict=False) -> Result
     dynamic = (True if prog.calls == 2 else None) if prog.dynamic else False
     compiled = torch.compile(fn_comp, backend=backend, options=options, dynamic=dynamic, fullgraph=False)
 
-    def add(kind_detail):
+    def add(kind_detail, trace=""):
         if kind_detail is not None:
-            result.findings.append(Finding(kind_detail[0], kind_detail[1], prog, codegen))
+            kind, detail, *rest = kind_detail
+            result.findings.append(Finding(kind, detail, prog, codegen, rest[0] if rest else trace))
 
     comp_inputs = []
     for c, ins in enumerate(calls):
@@ -214,9 +215,7 @@ def run_program(prog, codegen="cpp", backend="fuse_all", strict=False) -> Result
         try:
             actual = compiled(*c_in)
         except Exception as e:  # noqa: BLE001 - a crash of the compiled program is a finding
-            if os.environ.get("FUSE_ALL_FUZZ_TRACEBACK"):
-                traceback.print_exc()
-            add(("crash", f"call {c}: {_describe(e)}"))
+            add(("crash", f"call {c}: {_describe(e)}"), traceback.format_exc())
             break
         for i, (a, e, r) in enumerate(zip(actual, eager[c], refs[c])):
             what = f"call {c} output {i} ({prog.outputs[i]})"
@@ -258,7 +257,7 @@ def check_grads(prog, actual, eager, ref, comp_inputs, eager_inputs, ref_inputs)
         grads_a = torch.autograd.grad([a for a, _, _ in pairs], a_in, [c.to(a.dtype) for c, (a, _, _) in zip(cots, pairs)],
                                       allow_unused=True)
     except Exception as e:  # noqa: BLE001
-        return "crash", f"backward: {_describe(e)}"
+        return "crash", f"backward: {_describe(e)}", traceback.format_exc()
     for i, (ga, ge, gr) in enumerate(zip(grads_a, grads_e, grads_r)):
         if ge is None:
             continue
