@@ -173,10 +173,12 @@ def main(argv=None):
     print(f"\n{ran} program runs in {elapsed:.1f} s ({', '.join(f'{k}: {v:.1f} s' for k, v in times.items())}); "
           f"{sum(len(v) for v in classes.values())} findings in {len(classes)} classes, {fallbacks} fallbacks, "
           f"{len(invalid)} invalid programs")
+    knob_flags = "".join(f" --{name.replace('_', '-')} {value:g}" for name, value in knobs_from(args).items()
+                         if value != CI_KNOBS[name])   # the same program needs the same knobs
     for key, where in sorted(classes.items(), key=lambda kv: -len(kv[1])):
         index, codegen = where[0]
         print(f"  {len(where):5d}  {key}\n         first: python tests/fuzz/fuzz.py --seed {args.seed} --only {index} "
-              f"--codegen {codegen} -v")
+              f"--codegen {codegen}{knob_flags} -v")
     for index, why in invalid[:10]:
         print(f"  invalid program {index}: {why}")
     return 1 if classes else 0

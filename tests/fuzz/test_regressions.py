@@ -206,3 +206,34 @@ def test_no_load_from_an_empty_tensor_whose_index_a_reshape_dropped(codegen):
         return torch.softmax(-v, 0), torch.nn.functional.pad(x, [1, 2], value=0.5) + 1, v.sum() + z.sum()
     inputs = [torch.randn(64, 32, 13, 0), torch.randn(64, 32, 13, 1), torch.randn(8)]
     _run_calls(fn, [inputs], codegen)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_a_failing_aot_autograd_trace_falls_back_instead_of_crashing(codegen, caplog):
+    """Training + dynamic shapes: the std of one element (N - correction == 0) raised ZeroDivisionError
+    "float division by zero" out of torch.compile. The cause is torch's own: AOTAutograd traces autograd's
+    std/var backward, `2.0 / (N - correction)` as a SymFloat, whose hint Python divides by 0 (aot_eager
+    and inductor raise the same). It escaped the fallback because it happens while AOTAutograd traces,
+    before any ATen graph reaches compile_graph's guard; now that graph runs as Dynamo's (eager) graph
+    with a one-line reason. Fuzz: seed 31 index 73 --dynamic-frac 0.5 (cpp and triton)."""
+    import fuse_all
+
+    def fn(x):
+        return torch.std(x.sum(1).chunk(2, 0)[-1], (0,), keepdim=True), (x * 2).sin()
+    fuse_all.backend.reset()
+    compiled = torch.compile(fn, backend="fuse_all", options={"codegen": codegen}, dynamic=True)
+    x = torch.randn(3, 4, requires_grad=True)
+    x_eager = x.detach().clone().requires_grad_()
+    with caplog.at_level("WARNING", logger="fuse_all"):
+        got, want = compiled(x), fn(x_eager)
+    assert_same(got, want, atol=1e-6, rtol=1e-6)   # [nan] and the sines
+    sum(t.sum() for t in got).backward()
+    sum(t.sum() for t in want).backward()
+    assert_same(x.grad, x_eager.grad, atol=1e-6, rtol=1e-6)   # nan rows like eager's
+    reasons = [r.fallback_reason for r in fuse_all.compiled_graphs() if r.fallback_reason]
+    assert reasons == ["AOTAutograd tracing failed: ZeroDivisionError: float division by zero"]
+    assert any("runs uncompiled" in r.getMessage() for r in caplog.records)
+    strict = torch.compile(fn, backend="fuse_all", options={"codegen": codegen, "fallback": False}, dynamic=True)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="float division by zero"):
+        strict(torch.randn(3, 4, requires_grad=True))
