@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import traceback
 import weakref
 from dataclasses import dataclass, field
 
@@ -38,6 +39,7 @@ class CompiledGraph:
     report: object = None
     output_code: str | None = None
     fallback_reason: str | None = None
+    fallback_traceback: str | None = field(default=None, repr=False)   # where the compile failed
     compile_time_s: float = 0.0
     cudagraphs: dict = field(default_factory=dict)
     function: str | None = None     # the compiled user function, "qualname (file:line)"
@@ -114,7 +116,8 @@ def _uncompiled(gm: torch.fx.GraphModule, example_inputs, exc: Exception):
     reason = _one_line(exc)
     device = next((str(x.device) for x in example_inputs if isinstance(x, torch.Tensor)), "cpu")
     record = CompiledGraph(f"dynamo_graph_{len(_COMPILED)}", "dynamo", device,
-                           fallback_reason=f"AOTAutograd tracing failed: {reason}")
+                           fallback_reason=f"AOTAutograd tracing failed: {reason}",
+                           fallback_traceback=traceback.format_exc())
     log.warning("fuse_all: a Dynamo graph runs uncompiled (%s)", record.fallback_reason)
     remember(record)
     return gm.forward
@@ -154,6 +157,7 @@ def compile_graph(graph, opts: Options, mode=None, cacheable: bool = False):
             reason = _one_line(exc)
             log.warning("fuse_all: graph %s runs in ATen (%s)", graph.graph_id, reason)
             record.fallback_reason = reason
+            record.fallback_traceback = traceback.format_exc()
             call = _aten_call(graph.graph_module)
         if opts.cudagraphs:
             bar.set_phase("CUDA graphs")

@@ -243,7 +243,8 @@ def run_program(prog, codegen="cpp", backend="fuse_all", strict=False) -> Result
     if backend == "fuse_all":
         for rec in fuse_all.compiled_graphs():
             if rec.fallback_reason:
-                add(("fallback", f"{rec.kind} graph runs in ATen: {rec.fallback_reason[:300]}"))
+                add(("fallback", f"{rec.kind} graph runs in ATen: {rec.fallback_reason[:300]}"),
+                    getattr(rec, "fallback_traceback", None) or "")
             result.kernels += len(rec.kernels)
             result.externs += [str(getattr(x, "target", x)) for x in rec.externs]
     result.seconds = time.perf_counter() - start

@@ -118,6 +118,7 @@ def test_fallback_is_a_finding(monkeypatch):
     res = fuzzcheck.run_program(FLOAT_PROG, "cpp", "fuse_all")
     assert [f.kind for f in res.findings] == ["fallback"]
     assert "lowering exploded" in res.findings[0].detail
+    assert "in broken" in res.findings[0].trace   # the traceback of the failed compile comes with it
 
 
 @pytest.mark.parametrize("index", range(0, 16, 8))

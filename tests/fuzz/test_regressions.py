@@ -232,6 +232,7 @@ def test_a_failing_aot_autograd_trace_falls_back_instead_of_crashing(codegen, ca
     assert_same(x.grad, x_eager.grad, atol=1e-6, rtol=1e-6)   # nan rows like eager's
     reasons = [r.fallback_reason for r in fuse_all.compiled_graphs() if r.fallback_reason]
     assert reasons == ["AOTAutograd tracing failed: ZeroDivisionError: float division by zero"]
+    assert "ZeroDivisionError" in fuse_all.compiled_graphs()[-1].fallback_traceback
     assert any("runs uncompiled" in r.getMessage() for r in caplog.records)
     strict = torch.compile(fn, backend="fuse_all", options={"codegen": codegen, "fallback": False}, dynamic=True)
     torch._dynamo.reset()
