@@ -238,3 +238,16 @@ def test_a_failing_aot_autograd_trace_falls_back_instead_of_crashing(codegen, ca
     torch._dynamo.reset()
     with pytest.raises(Exception, match="float division by zero"):
         strict(torch.randn(3, 4, requires_grad=True))
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_merged_dims_with_a_symbolic_inner_size_are_expanded(codegen):
+    """C++, dynamic shapes: `amax(1, keepdim=True)` of an (s, 32, s) tensor then `narrow(0, 1, s - 2)`
+    copies the (s - 2, 1, s) view; merging its two dims substituted x0 -> x0/s into `s*(x0 + 1) + x1`,
+    which sympy leaves as `s*(1 + x0/s)` (not integer arithmetic: UnsupportedSymbolic, the graph ran in
+    ATen). Merged indices are expanded. Fuzz: seed 41 index 206 (cpp)."""
+    def fn(a):
+        v = (a * 3).amax(1, keepdim=True)
+        return v.narrow(0, 1, v.shape[0] - 2), v + 1
+    calls = [[torch.randint(-8, 8, (n, 32, n))] for n in (4, 6)]
+    _run_calls(fn, calls, codegen, dynamic=True)
