@@ -41,8 +41,10 @@ class ShapeOps:
             ("movedim", f"torch.movedim({N}, {d}, {d2})"),
             ("t", f"{N}.t()" if n <= 2 else f"{N}.mT"),
             ("contiguous", f"{N}.contiguous()" if r.random() < 0.5 else f"{N}.clone(memory_format=torch.channels_last)"),
-            ("chunk", f"{N}.chunk(2, {d})[{r.choice((0, -1))}]"), ("split", f"torch.split({N}, 3, {d})[0]"),
-            ("unbind", f"{N}.unbind({d})[-1]" if shape[d] <= 8 else f"{N}.select({d}, 0)"),  # 1 output per slice
+            # split/unbind make one output per piece: Dynamo traced 21846 pieces for > 300 s (seed 41 index 571)
+            ("chunk", f"{N}.chunk(2, {d})[{r.choice((0, -1))}]"),
+            ("split", f"torch.split({N}, 3, {d})[0]" if max(m.shape[d] for m in v.metas) <= 96 else f"{N}[{idx}:3]"),
+            ("unbind", f"{N}.unbind({d})[-1]" if shape[d] <= 8 else f"{N}.select({d}, 0)"),
             ("diagonal", f"{N}.diagonal(0, {d}, {d2})"),
             ("roll", f"torch.roll({N}, 1, {d})"),
         ]

@@ -251,3 +251,30 @@ def test_merged_dims_with_a_symbolic_inner_size_are_expanded(codegen):
         return v.narrow(0, 1, v.shape[0] - 2), v + 1
     calls = [[torch.randint(-8, 8, (n, 32, n))] for n in (4, 6)]
     _run_calls(fn, calls, codegen, dynamic=True)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_a_symbolic_size_that_broadcasts_as_one(codegen):
+    """Dynamic shapes, both codegens: `a.chunk(2, 1)[-1]` of an (n, s) input has size s - (s + 1)//2, which
+    torch broadcast against s under a guard that it is 1 (s in {2, 3}); the IR compared it to 1 by form,
+    so it was not broadcast and the load walked the columns past the chunk: wrong values at s = 3,
+    silently. Sizes are now told apart by the example sizes. Fuzz: seed 42 index 108 (triton)."""
+    def fn(a):
+        v = a.chunk(2, 1)[-1]
+        return torch.minimum(v, a), torch.where(v > 0, a, v), a.masked_fill(v > 0, 0.5)
+    _run_calls(fn, [[torch.randn(7, 2)], [torch.randn(6, 3)], [torch.randn(5, 2)]], codegen, dynamic=True)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_argmin_argmax_of_an_expanded_input_in_a_looped_reduction(codegen):
+    """Triton interpreter, dynamic shapes: argmin over dim 0 of a stride-0 (expanded) input loads one
+    scalar per step, and `fa.argmin_combine`'s `(a_nan & b_nan)` of a block and that scalar failed
+    ("ufunc 'bitwise_and' not supported"). The combine is nested wheres now; NaN still wins and the
+    first index on ties. Fuzz: seed 42 index 0 (triton)."""
+    def fn(a, b):
+        return torch.argmin(a, 0), a.argmax(0), torch.argmin(a + b, 0), (a + b).argmax(0)
+    nan = torch.tensor([[float("nan")]])
+    calls = [[torch.randn(1, 1).expand(4, 5), torch.randn(4, 5)],
+             [torch.randn(1, 1).expand(6, 2), torch.randn(6, 2)],
+             [nan.expand(5, 3), torch.randn(5, 3)]]
+    _run_calls(fn, calls, codegen, dynamic=True)
