@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import traceback
 import weakref
 from dataclasses import dataclass, field
 
@@ -39,6 +40,7 @@ class CompiledGraph:
     output_code: str | None = None
     fallback_reason: str | None = None
     layout: str | None = None       # the channels-last decision (`fuse_all_ir.layout`), when it was made
+    fallback_traceback: str | None = field(default=None, repr=False)   # where the compile failed
     compile_time_s: float = 0.0
     cudagraphs: dict = field(default_factory=dict)
     function: str | None = None     # the compiled user function, "qualname (file:line)"
@@ -88,7 +90,43 @@ def fuse_all(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, 
     with progress.Progress("tracing", opts.progress) as bar:
         bar.set_phase("AOTAutograd tracing")
         with ir.compile_timing.phase("aot_trace"):   # minus the graph compiles it runs (exclusive phases)
-            return backend(gm, example_inputs)
+            try:
+                return backend(gm, example_inputs)
+            except _DYNAMO_CONTROL:
+                raise
+            except Exception as exc:  # noqa: BLE001 - AOTAutograd could not trace: run Dynamo's graph as eager
+                if not opts.fallback:
+                    raise
+                return _uncompiled(gm, example_inputs, exc)
+
+
+def _dynamo_control_exceptions() -> tuple:
+    """What Dynamo lets a backend raise on purpose (restart, skip the frame, a graph break for an op fake
+    tensors cannot run, IndexError for a dim out of range): it handles them, so they are not failures."""
+    from torch._dynamo import exc
+    return (exc.TorchDynamoException, IndexError, *getattr(exc, "exceptions_allowed_to_be_fallback", ()))
+
+
+_DYNAMO_CONTROL = _dynamo_control_exceptions()
+
+
+def _uncompiled(gm: torch.fx.GraphModule, example_inputs, exc: Exception):
+    """A failure before any ATen graph exists (AOTAutograd's tracing: torch's own autograd formulas run
+    there, see tests/fuzz/test_regressions.py) must not break the program either: Dynamo's graph runs as
+    it is, like the eager backend, recorded as one fallback with its reason."""
+    reason = _one_line(exc)
+    device = next((str(x.device) for x in example_inputs if isinstance(x, torch.Tensor)), "cpu")
+    record = CompiledGraph(f"dynamo_graph_{len(_COMPILED)}", "dynamo", device,
+                           fallback_reason=f"AOTAutograd tracing failed: {reason}",
+                           fallback_traceback=traceback.format_exc())
+    log.warning("fuse_all: a Dynamo graph runs uncompiled (%s)", record.fallback_reason)
+    remember(record)
+    return gm.forward
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 fuse_all.reset = reset   # torch.compiler.reset() calls reset() on every backend it cached
@@ -117,9 +155,10 @@ def compile_graph(graph, opts: Options, mode=None, cacheable: bool = False):
         except Exception as exc:  # noqa: BLE001 - any failure becomes an ATen fallback, never a broken program
             if not opts.fallback:
                 raise
-            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            reason = _one_line(exc)
             log.warning("fuse_all: graph %s runs in ATen (%s)", graph.graph_id, reason)
             record.fallback_reason = reason
+            record.fallback_traceback = traceback.format_exc()
             call = _aten_call(graph.graph_module)
         if opts.cudagraphs:
             bar.set_phase("CUDA graphs")

@@ -98,8 +98,12 @@ def _graph_code_class():
         def __post_init__(self):
             self._call = None
 
-        def __call__(self, args):
-            return self._call(args)
+        def __call__(self, *args):
+            # boxed (one list) as AOTAutograd calls a forward; a backward loaded from the cache is called
+            # through torch's disable() wrapper, which hides `_boxed_call`: one argument per input then
+            if len(args) == 1 and isinstance(args[0], list):
+                return self._call(args[0])
+            return self._call(list(args))
 
         def __getstate__(self):
             state = dict(self.__dict__)

@@ -86,3 +86,24 @@ def test_symbolic_reduction_without_a_hint_is_blocked():
         Loop(False, [Store("buf0", sympy.Integer(0), "s")])], ("arg0",), ("buf0",), (ke.s0,))
     assert "fa_cascade<float> fa_cs_v_s;" in render_kernel(kernel)               # may be long: blocked
     assert "fa_step" not in render_kernel(kernel, None, {ke.s0: 100})            # hinted short: plain lanes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_short_inner_dim_of_repeated_rows(dtype):
+    """A stride-0 (expanded) input of 3 columns: the reduction is r0 x r1 with r1 = 3, too short for vector
+    lanes, so one accumulator ran through a whole block of 16384 elements, and repeated rows round the same
+    way every time: 5e-5 relative in float32 (300x eager's error), 1e-13 in float64. Such blocks are now
+    SUM_BLOCK / 16 elements. Fuzz: seed 31 index 1787 (a float64 var over a (65537, 3) expanded input)."""
+    fn = PROGRAMS["affine_sum"]
+    torch.manual_seed(0)
+    x = (torch.rand(3, dtype=dtype) + 0.5).expand(4 * 65537, 3)
+    torch._dynamo.reset()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)   # one thread: the whole length in blocks (no split into thread partials)
+    try:
+        fa = torch.compile(fn, backend="fuse_all", options={"fallback": False})(x)
+    finally:
+        torch.set_num_threads(before)
+    exact = sum(float(v) * 1.5 + 0.25 for v in x[0].double()) * x.shape[0]   # 3 terms: exact enough
+    err_fa, err_eager = abs(fa.item() - exact) / exact, abs(fn(x).item() - exact) / exact
+    assert err_fa <= max(20 * err_eager, {torch.float32: 5e-6, torch.float64: 2e-14}[dtype]), (err_fa, err_eager)

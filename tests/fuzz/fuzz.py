@@ -154,13 +154,15 @@ def main(argv=None):
                 if args.verbose:
                     print(f"  invalid program (generator bug): {out.invalid}")
                 continue
-            for kind, detail, key in out.findings:
+            for kind, detail, key, trace in out.findings:
                 fallbacks += kind == "fallback"
                 new = key not in classes
                 classes[key].append((out.index, out.codegen))
                 print(f"[{out.codegen} seed={args.seed} index={out.index}] {kind}: {detail}", flush=True)
+                if trace and (new or args.verbose):
+                    print("  " + trace.rstrip().replace("\n", "\n  "), flush=True)
                 if new and args.minimize:
-                    finding = fuzzcheck.Finding(kind, detail, out.program, out.codegen)
+                    finding = fuzzcheck.Finding(kind, detail, out.program, out.codegen, trace)
                     small = minimize(out.program, finding, out.codegen, args.backend)
                     print("  minimised reproducer:\n" + "\n".join("    " + ln for ln in small.describe().splitlines()),
                           flush=True)
@@ -171,10 +173,12 @@ def main(argv=None):
     print(f"\n{ran} program runs in {elapsed:.1f} s ({', '.join(f'{k}: {v:.1f} s' for k, v in times.items())}); "
           f"{sum(len(v) for v in classes.values())} findings in {len(classes)} classes, {fallbacks} fallbacks, "
           f"{len(invalid)} invalid programs")
+    knob_flags = "".join(f" --{name.replace('_', '-')} {value:g}" for name, value in knobs_from(args).items()
+                         if value != CI_KNOBS[name])   # the same program needs the same knobs
     for key, where in sorted(classes.items(), key=lambda kv: -len(kv[1])):
         index, codegen = where[0]
         print(f"  {len(where):5d}  {key}\n         first: python tests/fuzz/fuzz.py --seed {args.seed} --only {index} "
-              f"--codegen {codegen} -v")
+              f"--codegen {codegen}{knob_flags} -v")
     for index, why in invalid[:10]:
         print(f"  invalid program {index}: {why}")
     return 1 if classes else 0

@@ -41,8 +41,10 @@ class ShapeOps:
             ("movedim", f"torch.movedim({N}, {d}, {d2})"),
             ("t", f"{N}.t()" if n <= 2 else f"{N}.mT"),
             ("contiguous", f"{N}.contiguous()" if r.random() < 0.5 else f"{N}.clone(memory_format=torch.channels_last)"),
-            ("chunk", f"{N}.chunk(2, {d})[{r.choice((0, -1))}]"), ("split", f"torch.split({N}, 3, {d})[0]"),
-            ("unbind", f"{N}.unbind({d})[-1]" if shape[d] <= 8 else f"{N}.select({d}, 0)"),  # 1 output per slice
+            # split/unbind make one output per piece: Dynamo traced 21846 pieces for > 300 s (seed 41 index 571)
+            ("chunk", f"{N}.chunk(2, {d})[{r.choice((0, -1))}]"),
+            ("split", f"torch.split({N}, 3, {d})[0]" if max(m.shape[d] for m in v.metas) <= 96 else f"{N}[{idx}:3]"),
+            ("unbind", f"{N}.unbind({d})[-1]" if shape[d] <= 8 else f"{N}.select({d}, 0)"),
             ("diagonal", f"{N}.diagonal(0, {d}, {d2})"),
             ("roll", f"torch.roll({N}, 1, {d})"),
         ]
@@ -88,6 +90,12 @@ class ShapeOps:
         if n and r.random() < 0.15:
             dim_arg = None
         count = max((math.prod(m.shape[dd] for dd in dims) if dims and dim_arg else m.numel()) for m in v.metas)
+        # max/min/argmax over zero elements raise in eager ("Expected reduction dim to have non-zero size")
+        # but not on the meta tensors the statements are validated on (seed 41 index 106)
+        some_empty = any((math.prod(m.shape[dd] for dd in dims) if dims and dim_arg else m.numel()) == 0
+                         for m in v.metas)
+        one_empty = any((m.shape[dims[0]] if dims else m.numel()) == 0 for m in v.metas) if n else False
+        whole_empty = any(m.numel() == 0 for m in v.metas)
         kw = f", keepdim={keep}" if dim_arg is not None else ""
         dpart = f"{dim_arg}{kw}" if dim_arg is not None else ""
         one = dims[0] if dims else 0
@@ -95,9 +103,9 @@ class ShapeOps:
         b = v.bound()
         ops = [("sum", f"{N}.sum({dpart})", -b * count, b * count, not isf),
                ("amax", f"{N}.amax({dpart})" if dim_arg is not None else f"{N}.amax()", v.lo, v.hi, v.exact)
-               if self._kink_ok(v) else None,
+               if self._kink_ok(v) and not some_empty else None,
                ("amin", f"torch.amin({N}, {dpart})" if dim_arg is not None else f"torch.amin({N})", v.lo, v.hi, v.exact)
-               if self._kink_ok(v) else None]
+               if self._kink_ok(v) and not some_empty else None]
         if isf:
             ops += [("mean", f"{N}.mean({dpart})", v.lo, v.hi, False),
                     ("var", f"{N}.var({dpart}{', ' if dpart else ''}correction={r.choice((0, 1))})", 0, 4 * b * b, False),
@@ -120,7 +128,7 @@ class ShapeOps:
         else:
             ops += [("any", f"{N}.any({one})" if n else f"{N}.any()", 0, 1, True),
                     ("all", f"torch.all({N})", 0, 1, True)]
-        if v.exact and v.dtype != torch.bool:
+        if v.exact and v.dtype != torch.bool and not (one_empty or whole_empty):
             ops += [("argmax", f"{N}.argmax({one}{', keepdim=True' if keep else ''})" if n and r.random() < 0.7
                      else f"{N}.argmax()", 0, count, True),
                     ("argmin", f"torch.argmin({N}, {one})" if n else f"torch.argmin({N})", 0, count, True),

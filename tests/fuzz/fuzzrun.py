@@ -18,7 +18,7 @@ class Outcome:
     seed: int
     index: int
     codegen: str
-    findings: list = field(default_factory=list)   # (kind, detail, key)
+    findings: list = field(default_factory=list)   # (kind, detail, key, traceback or "")
     invalid: str | None = None
     seconds: float = 0.0
     kernels: int = 0
@@ -29,7 +29,7 @@ class Outcome:
 def run_here(prog, codegen, backend="fuse_all", strict=False) -> Outcome:
     import fuzzcheck
     res = fuzzcheck.run_program(prog, codegen, backend, strict=strict)
-    return Outcome(prog.seed, prog.index, codegen, [(f.kind, f.detail, f.key) for f in res.findings], res.invalid,
+    return Outcome(prog.seed, prog.index, codegen, [(f.kind, f.detail, f.key, f.trace) for f in res.findings], res.invalid,
                    res.seconds, res.kernels, res.externs, prog)
 
 
@@ -117,15 +117,15 @@ class Pool:
                 if out is None and not w.proc.is_alive():
                     out = Outcome(prog.seed, prog.index, codegen,
                                   [("crash", f"worker died (exit code {w.proc.exitcode}, e.g. a segfault)",
-                                    "crash: worker died")], seconds=time.perf_counter() - w.started)
+                                    "crash: worker died", "")], seconds=time.perf_counter() - w.started)
                 elif out is None and time.perf_counter() - w.started > self.timeout:
                     out = Outcome(prog.seed, prog.index, codegen,
-                                  [("crash", f"no result within {self.timeout:.0f} s (hang?)", "crash: timeout")],
+                                  [("crash", f"no result within {self.timeout:.0f} s (hang?)", "crash: timeout", "")],
                                   seconds=time.perf_counter() - w.started)
                 if out is None:
                     continue
                 out.program = prog
-                if any(kind == "crash" for kind, _, _ in out.findings):
+                if any(kind == "crash" for kind, *_ in out.findings):
                     w = self._replace(w)   # its memory or interpreter state may be damaged
                 w.job = None
                 yield out

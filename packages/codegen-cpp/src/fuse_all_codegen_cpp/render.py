@@ -44,6 +44,11 @@ PARALLEL_MIN_WORK = 32768      # below this many element-steps a kernel runs on 
 # 36.3 us with 4096-element blocks, 33.7 with 8192, 32.9 with 16384 (same errors as 4096 on the programs
 # of scripts/reduction_precision.py).
 SUM_BLOCK = 16384
+# A reduction whose innermost dim is shorter than the vector lanes runs one accumulator through the block:
+# its blocks are SUM_BLOCK / 16 elements, so no chain of additions is longer than with lanes (a block of
+# 16384 in 5461 rows of 3 was one chain of 16384 adds: 1600 ulps on a float64 var, 100x eager's float32
+# error; fuzz seed 31 index 1787).
+VECTOR_LANES = 16
 
 
 def _value(name: str) -> str:
@@ -184,17 +189,18 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         pairwise (`fa_cascade`): see `block_dim`."""
         dims = self.k.reduction
         sums = [r for r in reduces if is_float_sum(r)]
-        block = self.block_dim() if sums else None
+        elements = self.sum_block()
+        block = self.block_dim(elements) if sums else None
         if block is not None:
-            self.open(comment=f"float sums: blocks of ~{SUM_BLOCK} elements, block sums combined pairwise")
+            self.open(comment=f"float sums: blocks of ~{elements} elements, block sums combined pairwise")
             for r in sums:
                 self.emit(f"fa_cascade<{rules.compute_type(r.dtype)}> fa_cs_{_value(r.name)};")
         for i, n in enumerate(dims):
             lo, hi = ("0", cpp_index(n)) if (i or first_range is None) else first_range
             if i == block:
                 per_block = _numel(dims[i + 1:])
-                step = (str(max(1, SUM_BLOCK // int(per_block))) if per_block.is_Integer else
-                        f"(({cpp_index(per_block)}) >= {SUM_BLOCK} ? (int64_t)1 : {SUM_BLOCK} / ({cpp_index(per_block)}))")
+                step = (str(max(1, elements // int(per_block))) if per_block.is_Integer else
+                        f"(({cpp_index(per_block)}) >= {elements} ? (int64_t)1 : {elements} / ({cpp_index(per_block)}))")
                 self.open(f"for (int64_t fa_b = {lo}, fa_step = {step}; fa_b < {hi}; fa_b += fa_step)")
                 self.emit(f"const int64_t fa_e = ({hi}) - fa_b < fa_step ? ({hi}) : fa_b + fa_step;")
                 self.declare_accumulators(sums)          # the block's own sums, shadowing the phase's
@@ -216,6 +222,15 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             for r in sums:
                 self.emit(f"{_value(r.name)} = fa_cs_{_value(r.name)}.total();")
             self.close()
+
+    def sum_block(self) -> int:
+        """Elements per block of a float sum: SUM_BLOCK when the innermost reduction dim fills the vector
+        lanes (each lane adds SUM_BLOCK / VECTOR_LANES in a row), else as many as one chain may add."""
+        dims = self.k.reduction
+        hints = {**{s: SUM_BLOCK for s in sympy.sympify(dims[-1]).free_symbols}, **self.size_hints} if dims else {}
+        if dims and _hint(sympy.sympify(dims[-1]), hints) >= VECTOR_LANES:
+            return SUM_BLOCK
+        return SUM_BLOCK // VECTOR_LANES
 
     def block_dim(self, block: int = SUM_BLOCK) -> int | None:
         """The reduction dim cut into blocks: the innermost one whose loop nest covers `block` elements

@@ -64,11 +64,13 @@ def prod(x, axis):
 @triton.jit
 def argmax_combine(a, ai, b, bi):
     # Keep (a, ai) when it is larger, NaN (NaN is the extreme, like torch), or equal with a lower index:
-    # the first occurrence wins, whatever order lanes are combined in.
+    # the first occurrence wins, whatever order lanes are combined in. Nested wheres rather than `&`/`|`
+    # of the NaN tests: with a scalar `b` (a stride-0 input loaded once) the interpreter made `b != b` a
+    # float and `&` failed (like `maximum` above).
     a_nan = a != a
     b_nan = b != b
-    equal = (a == b) | (a_nan & b_nan)
-    keep = (a > b) | (a_nan & (b == b)) | (equal & (ai < bi))
+    keep = tl.where(a_nan, tl.where(b_nan, ai < bi, True),
+                    tl.where(b_nan, False, tl.where(a == b, ai < bi, a > b)))
     return tl.where(keep, a, b), tl.where(keep, ai, bi)
 
 
@@ -76,8 +78,8 @@ def argmax_combine(a, ai, b, bi):
 def argmin_combine(a, ai, b, bi):
     a_nan = a != a
     b_nan = b != b
-    equal = (a == b) | (a_nan & b_nan)
-    keep = (a < b) | (a_nan & (b == b)) | (equal & (ai < bi))
+    keep = tl.where(a_nan, tl.where(b_nan, ai < bi, True),
+                    tl.where(b_nan, False, tl.where(a == b, ai < bi, a < b)))
     return tl.where(keep, a, b), tl.where(keep, ai, bi)
 
 

@@ -12,7 +12,7 @@ import torch.fx
 
 from . import dtypes
 from ._torch_compat import backed_size_values, real_tensor_mode
-from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, load
+from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, load
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .lowering_mutations import deferrable_input_copy, write_back_inputs
 from .symbolic import free_size_symbols
@@ -88,6 +88,12 @@ def strided_loader(buffer: str, size, stride, offset, dtype: str, whole_buffer: 
 
 
 def buffer_value(buffer: str, spec: TensorSpec) -> Value:
+    if any(sympy.sympify(n) == 0 for n in spec.size):
+        # no element exists, so no value read from it can reach an output (its consumers are empty too,
+        # or reductions and pads that never select it); a load would still run where a view dropped the
+        # empty dim's index (reshape), out of bounds of a zero-byte (maybe null) allocation
+        return Value(spec.size, spec.dtype, lambda index: const(0, spec.dtype),
+                     view=View(buffer, spec.size, spec.stride, spec.offset))
     loader = strided_loader(buffer, spec.size, spec.stride, spec.offset, spec.dtype, whole_buffer=True)
     return Value(spec.size, spec.dtype, loader, view=View(buffer, spec.size, spec.stride, spec.offset))
 

@@ -6,7 +6,7 @@ import math
 import sympy
 import torch
 
-from . import dtypes, sympy_functions
+from . import dtypes, symbolic, sympy_functions
 from .lowering import Unsupported, lowers, sym
 from .nodes import E, Value, const, index_value, op
 
@@ -68,11 +68,25 @@ def out_dtype(g, default: str) -> str:
     return default
 
 
-def operand_loader(x, size, dtype: str):
-    """A loader for `x` broadcast to `size`, cast to `dtype`."""
+def _broadcasts(n, out, hints: dict | None) -> bool:
+    """Whether an operand dim of size `n` is broadcast to `out`. A symbolic size torch broadcast is 1 only
+    under a guard (`s - (s + 1)//2` of a chunk is 1 for s in {2, 3}), so it is told from `out` by the
+    example sizes: 1 there while `out` is not. Sizes without a hint are broadcast only when literally 1."""
+    n, out = sympy.sympify(n), sympy.sympify(out)
+    if n == 1 or n == out or not hints or not n.free_symbols:
+        return n == 1 and out != 1
+    try:
+        return symbolic.size_hint(n, hints, -1) == 1 and symbolic.size_hint(out, hints, -1) != 1 \
+            and all(s in hints or str(s) in hints for s in n.free_symbols | out.free_symbols)
+    except (TypeError, ValueError):
+        return False
+
+
+def operand_loader(x, size, dtype: str, hints: dict | None = None):
+    """A loader for `x` broadcast to `size`, cast to `dtype`; `hints`: the graph's example sizes."""
     if isinstance(x, Value):
         offset = len(size) - x.ndim
-        broadcast = [x.size[d] == 1 and size[d + offset] != 1 for d in range(x.ndim)]
+        broadcast = [_broadcasts(x.size[d], size[d + offset], hints) for d in range(x.ndim)]
         loader = x.loader
 
         def load_broadcast(index):
@@ -105,7 +119,7 @@ def pointwise(g, fn, *operands, compute: str | None = None, result: str | None =
     compute = compute or result_dtype(*operands)
     result = result or out_dtype(g, compute)
     size = out_size(g, *operands)
-    loaders = [operand_loader(x, size, compute) for x in operands]
+    loaders = [operand_loader(x, size, compute, g.size_hints) for x in operands]
 
     def loader(index):
         return cast(fn(*[load(index) for load in loaders]), result)
@@ -332,8 +346,8 @@ def _pow(g, a, b):
 def _where(g, cond, a, b):
     dt = out_dtype(g, result_dtype(a, b))
     size = out_size(g, cond, a, b)
-    cond_load = operand_loader(cond, size, "bool")
-    a_load, b_load = operand_loader(a, size, dt), operand_loader(b, size, dt)
+    cond_load = operand_loader(cond, size, "bool", g.size_hints)
+    a_load, b_load = operand_loader(a, size, dt, g.size_hints), operand_loader(b, size, dt, g.size_hints)
     return Value(size, dt, lambda i: op("where", (cond_load(i), a_load(i), b_load(i)), dt))
 
 
@@ -341,8 +355,8 @@ def _where(g, cond, a, b):
 def _masked_fill(g, x, mask, value):
     dt = x.dtype
     size = out_size(g, x, mask)
-    x_load, m_load, v_load = operand_loader(x, size, dt), operand_loader(mask, size, "bool"), \
-        operand_loader(value, size, dt)
+    x_load, m_load, v_load = operand_loader(x, size, dt, g.size_hints), \
+        operand_loader(mask, size, "bool", g.size_hints), operand_loader(value, size, dt, g.size_hints)
     return Value(size, dt, lambda i: op("where", (m_load(i), v_load(i), x_load(i)), dt))
 
 
@@ -395,5 +409,5 @@ def _copy(g, x, **kwargs):
 @lowers(aten.copy.default)
 def _functional_copy(g, dst, src, non_blocking=False):
     size = dst.size
-    load = operand_loader(src, size, dst.dtype)
+    load = operand_loader(src, size, dst.dtype, g.size_hints)
     return Value(size, dst.dtype, load)

@@ -27,12 +27,16 @@ def _index_of(stmt):
     return None
 
 
-def _rewrite(kernel: Kernel, outer, reduction, subs: dict) -> Kernel:
+def _rewrite(kernel: Kernel, outer, reduction, subs: dict, expand: bool = False) -> Kernel:
+    def new(expr):
+        expr = sympy.sympify(expr).xreplace(subs)
+        return sympy.expand(expr) if expand and expr.has(sympy.Pow) else expr
+
     def fix(stmt):
         if isinstance(stmt, (Load, Store)):
-            return dataclasses.replace(stmt, index=sympy.sympify(stmt.index).xreplace(subs))
+            return dataclasses.replace(stmt, index=new(stmt.index))
         if isinstance(stmt, IndexValue):
-            return dataclasses.replace(stmt, expr=sympy.sympify(stmt.expr).xreplace(subs))
+            return dataclasses.replace(stmt, expr=new(stmt.expr))
         return stmt
     loops = [Loop(loop.over_reduction, [fix(s) for s in loop.body]) for loop in kernel.loops]
     return dataclasses.replace(kernel, outer=tuple(outer), reduction=tuple(reduction), loops=loops)
@@ -93,14 +97,17 @@ def merge(kernel: Kernel) -> Kernel:
             all_vars = {xvar(j) for j in range(len(kernel.outer))} | {rvar(j) for j in range(len(kernel.reduction))}
             if _mergeable(kernel, sizes, var, i, all_vars):
                 # s_a*v_i + s_b*v_{i+1} with s_a = s_b*n_b is s_b*v' for v' = n_b*v_i + v_{i+1} over n_a*n_b:
-                # substitute v_i -> v'/n_b (the n_b cancels) and v_{i+1} -> 0; xreplace is simultaneous
+                # substitute v_i -> v'/n_b (the n_b cancels) and v_{i+1} -> 0; xreplace is simultaneous.
+                # A symbolic n_b cancels only once expanded: s*(v'/s + 1) stays a product of a division
+                # (which no codegen prints as integer arithmetic) until sympy distributes it (fuzz seed 41
+                # index 206: a narrow of an (s, 1, s) buffer under dynamic shapes)
                 inner = sympy.sympify(sizes[i + 1])
                 subs = {var(i): var(i) / inner, var(i + 1): sympy.Integer(0)}
                 subs.update({var(j): var(j - 1) for j in range(i + 2, len(sizes))})
                 merged = sizes[:i] + [sympy.sympify(sizes[i]) * inner] + sizes[i + 2:]
                 outer = merged if field == "outer" else kernel.outer
                 reduction = merged if field == "reduction" else kernel.reduction
-                candidate = _rewrite(kernel, outer, reduction, subs)
+                candidate = _rewrite(kernel, outer, reduction, subs, expand=True)
                 if all(_integral(_index_of(s)) for s in candidate.statements() if _index_of(s) is not None):
                     kernel = candidate
             i -= 1
