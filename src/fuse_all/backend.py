@@ -92,7 +92,7 @@ def fuse_all(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, 
         with ir.compile_timing.phase("aot_trace"):   # minus the graph compiles it runs (exclusive phases)
             try:
                 return backend(gm, example_inputs)
-            except _DYNAMO_CONTROL:
+            except (OptionError, *_DYNAMO_CONTROL):   # a user's wrong option stays an error, not a fallback
                 raise
             except Exception as exc:  # noqa: BLE001 - AOTAutograd could not trace: run Dynamo's graph as eager
                 if not opts.fallback:

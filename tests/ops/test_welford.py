@@ -209,6 +209,8 @@ def test_validator_rejects_a_mask_on_other_reductions():
         ir.validate_kernel(kernel)
 
 
+@pytest.mark.xfail(strict=True, reason="native Welford tiles are off (welford_tiles.NATIVE_WELFORD_TILES): "
+                                       "inexact on constant rows of large values")
 def test_cpp_column_tiles_read_the_input_once():
     """C++ column tiles (channels-last BatchNorm statistics on CPU): blocks of 64 rows, each read from memory
     once (the second pass over a block hits the cache), where the two-pass form walked every row twice."""
