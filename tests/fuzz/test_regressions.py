@@ -278,3 +278,21 @@ def test_argmin_argmax_of_an_expanded_input_in_a_looped_reduction(codegen):
              [torch.randn(1, 1).expand(6, 2), torch.randn(6, 2)],
              [nan.expand(5, 3), torch.randn(5, 3)]]
     _run_calls(fn, calls, codegen, dynamic=True)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_a_view_of_a_stride_0_input_stays_a_view_under_dynamic_shapes(codegen):
+    """`a.flatten(0, 2)` of an input with strides (0, 0, 0) and a storage offset: under dynamic shapes the
+    view lowering cannot express the reshape, so the output was a copy with stride 1, and AOTAutograd, which
+    regenerates an output aliasing an input from the returned strides and offset, read base[5:8] instead of
+    base[5] three times. Fuzz: seed 46 index 782."""
+    def fn(a):
+        return a.flatten(0, 2), a + 1
+    base = make((20,))
+    compiled = compile_fn(fn, codegen, dynamic=True)
+    for n, offset in ((3, 5), (4, 7)):
+        a = torch.as_strided(base, (1, n, 1), (0, 0, 0), offset)
+        got, want = compiled(a), fn(a)
+        for g_, w_ in zip(got, want):
+            torch.testing.assert_close(g_, w_, rtol=0, atol=0)
+        assert got[0].stride() == want[0].stride() and got[0].data_ptr() == want[0].data_ptr()

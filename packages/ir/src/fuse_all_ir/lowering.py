@@ -385,6 +385,9 @@ class GraphLowering:
             expanded = self._expand_of_realized_source(arg, stride)
             if expanded is not None:
                 return expanded
+            aliased = self._input_view_from_meta(arg)
+            if aliased is not None:
+                return aliased
             name = self.realize(value, stride)
             spec = self.nodes[name].spec
             if stride is not None and tuple(stride) != tuple(spec.stride):
@@ -394,6 +397,30 @@ class GraphLowering:
         if value is None or isinstance(value, (sympy.Basic, int, float, bool)):
             return value
         raise Unsupported(f"graph output of type {type(value).__name__}")
+
+    def _input_view_from_meta(self, node: torch.fx.Node):
+        """An output that traced as a view of a graph input (AOTAutograd regenerates it from the returned
+        tensor's size, strides and storage offset on the input's storage, so a copy would be read as a view
+        with the copy's strides: silent wrong values). When the view lowering could not express it (a
+        reshape of stride-0 dims under dynamic shapes), the view is taken from the traced metadata."""
+        if node.target not in _VIEW_OPS or not isinstance(node.args[0], torch.fx.Node):
+            return None
+        source = self.env.get(node.args[0].name)
+        val, source_val = node.meta.get("val"), node.args[0].meta.get("val")
+        if not (isinstance(source, Value) and source.view is not None and isinstance(val, torch.Tensor)
+                and isinstance(source_val, torch.Tensor)
+                and self.nodes[source.view.buffer].kind == "input"):
+            return None
+        try:
+            same_storage = val.untyped_storage()._cdata == source_val.untyped_storage()._cdata
+        except Exception:  # noqa: BLE001 - no storage to compare: not provably a view
+            return None
+        if not same_storage:
+            return None
+        offset = source.view.offset + sym(val.storage_offset()) - sym(source_val.storage_offset())
+        spec = TensorSpec(source.dtype, tuple(sym(n) for n in val.shape), tuple(sym(n) for n in val.stride()),
+                          offset, self.device)
+        return BufferRef(source.view.buffer, spec)
 
     def _expand_of_realized_source(self, node: torch.fx.Node, stride):
         """An output that is `expand` (stride 0) of a computed value: the value is made a buffer and the
@@ -410,6 +437,11 @@ class GraphLowering:
         if expanded.view is None or tuple(expanded.view.stride) != tuple(stride):
             return None
         return self.as_ref(expanded)
+
+
+_VIEW_OPS = frozenset(getattr(torch.ops.aten, name).default for name in (
+    "view", "_unsafe_view", "reshape", "expand", "squeeze", "unsqueeze", "permute", "t", "transpose", "alias",
+    "slice", "select", "as_strided", "narrow", "diagonal", "unfold") if hasattr(getattr(torch.ops.aten, name, None), "default"))
 
 
 def _meta_stride(node: torch.fx.Node):
