@@ -269,7 +269,7 @@ def main() -> None:
 
     import fuse_all_ir.runtime as runtime
     from fuse_all_ir import layout_decision
-    layout_decision.CUDA_TRAINING_WRONG_GRADIENTS = args.layout_off
+    layout_decision.TRAINING_WRONG_RESULTS = args.layout_off
     if args.poison:
         _poison(runtime)
     _log_relayouts(runtime)

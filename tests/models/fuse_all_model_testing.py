@@ -204,9 +204,14 @@ def codes(kernel) -> set[str]:
     return {o.code for o in kernel.origins if o.code}
 
 
+def reads(kernel) -> list:
+    """The buffers a kernel reads: its inputs, and the inputs it reads through its own output (in place)."""
+    return list(kernel.inputs) + [donor for _, donor in getattr(kernel, "in_place", ())]
+
+
 def consumers(record, buffer: str) -> list:
     """The kernels that read `buffer`."""
-    return [k for k in record.kernels if buffer in k.inputs]
+    return [k for k in record.kernels if buffer in reads(k)]
 
 
 def kernels_from_code(record, text: str) -> list:

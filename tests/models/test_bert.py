@@ -71,7 +71,7 @@ def test_linear_gelu_epilogue(bert_1x12):
     assert len(gelus) == bert_1x12.layers, f"{len(gelus)} kernels compute GELU, expected one per layer " \
                                            f"({bert_1x12.layers}):\n{mt.show(gelus)}"
     for k in gelus:
-        produced = [b for b in k.inputs if b in matmul_outputs]
+        produced = [b for b in mt.reads(k) if b in matmul_outputs]
         assert len(produced) == 1, f"{k.name} reads {len(produced)} matmul results:\n{mt.show([k])}"
         readers = mt.consumers(record, produced[0])
         assert readers == [k], f"the linear before {k.name} is read by other kernels too:\n{mt.show(readers)}"
