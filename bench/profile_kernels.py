@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 
+import measure  # noqa: E402
 import workloads  # noqa: E402
 
 _KINDS = (
@@ -42,13 +43,13 @@ def kind_of(name: str) -> str:
     return "other ATen"
 
 
-def _compiled(instance, backend: str):
-    if backend == "eager":
+def _compiled(instance, key: str):
+    """The workload's target compiled as bench.py's backend `key` (measure.BACKENDS: eager, inductor_ro, ...)."""
+    backend = {b.key: b for b in measure.BACKENDS}[key]
+    if backend.backend is None:
         return instance.target
-    mode = "reduce-overhead" if backend.endswith("_ro") else None
-    name = backend.removesuffix("_ro")
     torch._dynamo.reset()
-    return torch.compile(instance.target, backend=name, mode=mode)
+    return torch.compile(instance.target, backend=backend.backend, mode=backend.mode)
 
 
 def _device_times(instance, fn, steps: int) -> tuple[dict[str, float], int]:
