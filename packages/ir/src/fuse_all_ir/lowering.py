@@ -439,9 +439,10 @@ class GraphLowering:
         return self.as_ref(expanded)
 
 
+# the `.default` overloads of the view ops (transpose, slice and select have none: `.int`, `.Tensor`)
 _VIEW_OPS = frozenset(getattr(torch.ops.aten, name).default for name in (
-    "view", "_unsafe_view", "reshape", "expand", "squeeze", "unsqueeze", "permute", "t", "transpose", "alias",
-    "slice", "select", "as_strided", "narrow", "diagonal", "unfold") if hasattr(getattr(torch.ops.aten, name, None), "default"))
+    "view", "_unsafe_view", "reshape", "expand", "squeeze", "unsqueeze", "permute", "t", "alias", "as_strided",
+    "narrow", "diagonal", "unfold"))
 
 
 def _meta_stride(node: torch.fx.Node):
