@@ -217,3 +217,28 @@ def test_windows_past_the_unroll_limit_run_in_aten_with_a_reason():
     assert "a window of 36 elements" in reasons["aten.avg_pool2d.default"]
     assert "aten.max_pool2d_with_indices_backward.default" in reasons
     assert all(g.fallback_reason is None for g in fuse_all.compiled_graphs())
+
+
+EDGES = {
+    # dilation 3, padding 1 on a plane of 2: windows with no element inside (eager: -inf at ATen's start index,
+    # which lies outside the plane: eager's backward writes there, out of bounds, so no gradient is compared)
+    "window_without_inside_element": (lambda x: F.max_pool2d(x, 2, 1, 1, 3, return_indices=True), (1, 2, 2, 5)),
+    "plane_smaller_than_kernel_ceil": (lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True, return_indices=True),
+                                       (2, 2, 2, 2)),
+    "empty_batch": (lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), (0, 2, 7, 7)),
+    "kernel_1": (lambda x: F.max_pool2d(x, 1, 1, return_indices=True), (2, 2, 3, 3)),
+    "row_window": (lambda x: F.max_pool2d(x, (1, 5), (1, 2), (0, 2), return_indices=True), (2, 2, 3, 7)),
+    "avg_plane_smaller_than_kernel": (lambda x: F.avg_pool2d(x, 3, 2, 1, True, False), (2, 2, 2, 3)),
+    "avg_row_window_divisor": (lambda x: F.avg_pool2d(x, (1, 5), (1, 2), (0, 2), divisor_override=2), (2, 2, 3, 7)),
+}
+
+
+@pytest.mark.parametrize("case,codegen", params(list(EDGES), triton=lambda c: c == "window_without_inside_element"))
+def test_edge_shapes(case, codegen):
+    fn, shape = EDGES[case]
+    grad = shape[0] > 0 and case != "window_without_inside_element"
+
+    def summed(x):      # values (and indices): the gradient flows through the values
+        out = fn(x)
+        return (out[0] * 2, out[1]) if isinstance(out, tuple) else out * 2
+    check(summed, make(shape, requires_grad=grad), codegen=codegen, grad=grad)
