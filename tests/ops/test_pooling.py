@@ -102,6 +102,17 @@ def test_max_pool2d_gradients_low_precision(dtype, codegen):
     check(fn, make((2, 3, 8, 9), dtype, "channels_last", requires_grad=True), codegen=codegen, grad=True)
 
 
+@pytest.mark.parametrize("codegen", BOTH)
+def test_gradients_through_views_around_pooling(codegen):
+    """The backwards read through index arithmetic of their consumers (slice_backward's shifted, masked
+    reads; a transpose) and their grad_output through an expand (a sum's gradient)."""
+    def fn(x):
+        y = x[:, :, 1:, ::2].transpose(2, 3)
+        return (F.max_pool2d(y, 3, 2, 1).sum() + (F.avg_pool2d(y * 2, (2, 3), 1, (1, 0), True, False) ** 2).sum()
+                + F.max_pool2d(x, 2, 3, 1, 2, True).transpose(1, 3))
+    check(fn, _tied((2, 3, 13, 12), requires_grad=True), codegen=codegen, grad=True, atol=1e-5, rtol=1e-5)
+
+
 def _graphs_since(start):
     return fuse_all.compiled_graphs()[start:]
 

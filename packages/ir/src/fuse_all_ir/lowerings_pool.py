@@ -202,6 +202,9 @@ def _max_pool2d_with_indices(g, x, kernel_size, stride=(), padding=(0,), dilatio
 
 # ---- windows covering an input element (the backwards) ------------------------------------------------
 
+_PROBE = sympy.Symbol("pool_input_index", integer=True, nonnegative=True)
+
+
 def _covering(axis: Axis, i, exact: bool) -> list:
     """[(output o, condition or None)] for the output windows that can contain input element i, ascending
     in o.
@@ -209,7 +212,19 @@ def _covering(axis: Axis, i, exact: bool) -> list:
     When the windows' reach ((kernel-1)*dilation) spans few strides: the run of outputs from the first whose
     window reaches i, ceil((i + pad - reach) / stride); `exact` adds that o's window starts at or before i
     (max_pool's index test makes it redundant there). When the dilation exceeds the stride, the kernel's
-    positions instead: o = (i + pad - k*dilation) / stride where that divides."""
+    positions instead: o = (i + pad - k*dilation) / stride where that divides. The bounds 0 <= o < out are
+    tested where some i in [0, size) needs them (o grows with i: its values at both ends decide)."""
+    out = []
+    for (o, conds), (probe, _) in zip(_candidates(axis, i, exact), _candidates(axis, _PROBE, exact)):
+        if not _at_most(0, probe.subs(_PROBE, 0)):
+            conds.append(_compare("ge", o, 0))
+        if not _less(probe.subs(_PROBE, axis.size - 1), axis.out):
+            conds.append(_compare("lt", o, axis.out))
+        out.append((o, _all(conds)))
+    return out
+
+
+def _candidates(axis: Axis, i, exact: bool) -> list:
     k, s, p, d = axis.kernel, axis.stride, axis.pad, axis.dilation
     reach = (k - 1) * d
     run = reach // s + 1
@@ -221,24 +236,16 @@ def _covering(axis: Axis, i, exact: bool) -> list:
             o = first + j
             conds = [_compare("le", o * s, i + p)] if exact and (j > 0 or s > reach + 1) else []
             candidates.append((o, conds))
-    else:
-        for kk in reversed(range(k)):                  # descending k: ascending o
-            offset = p - kk * d
-            shift = -(-max(-offset, 0) // s)
-            numerator = i + offset + s * shift
-            conds = [_compare("ge", i + offset, 0)] if offset < 0 else []
-            if s > 1:
-                conds.append(_compare("eq", ModularIndexing(numerator, 1, s), 0))
-            candidates.append((FloorDiv(numerator, s) - shift, conds))
-    out = []
-    for o, conds in candidates:
-        # o grows with i: its range over i in [0, size) decides which bounds need a test
-        if not _at_most(0, o.subs(i, 0)):
-            conds.append(_compare("ge", o, 0))
-        if not _less(o.subs(i, axis.size - 1), axis.out):
-            conds.append(_compare("lt", o, axis.out))
-        out.append((o, _all(conds)))
-    return out
+        return candidates
+    for kk in reversed(range(k)):                      # descending k: ascending o
+        offset = p - kk * d
+        shift = -(-max(-offset, 0) // s)
+        numerator = i + offset + s * shift
+        conds = [_compare("ge", i + offset, 0)] if offset < 0 else []
+        if s > 1:
+            conds.append(_compare("eq", ModularIndexing(numerator, 1, s), 0))
+        candidates.append((FloorDiv(numerator, s) - shift, conds))
+    return candidates
 
 
 @lowers(aten.max_pool2d_with_indices_backward.default)
@@ -265,8 +272,8 @@ def _max_pool2d_backward(g, grad, x, kernel_size, stride, padding, dilation, cei
                 total = term if total is None else op("add", (total, term), acc)
         return cast(total, out)
 
-    count = len(_covering(hw[0], sympy.Symbol("i"), False)) * len(_covering(hw[1], sympy.Symbol("i"), False))
-    _checked_window(count, "a backward gather")
+    _checked_window(len(_candidates(hw[0], _PROBE, False)) * len(_candidates(hw[1], _PROBE, False)),
+                    "a backward gather")
     return Value(x.size, out, loader)
 
 
@@ -335,8 +342,8 @@ def _avg_pool2d_backward(g, grad, x, kernel_size, stride, padding, ceil_mode, co
         raise Unsupported(f"avg_pool2d backward in {out}")
     hw = _avg_axes(x, grad.size, kernel_size, stride, padding, divisor_override)
     acc = compute_dtype(out)
-    probe = sympy.Symbol("i")
-    _checked_window(len(_covering(hw[0], probe, True)) * len(_covering(hw[1], probe, True)), "a backward gather")
+    _checked_window(len(_candidates(hw[0], _PROBE, True)) * len(_candidates(hw[1], _PROBE, True)),
+                    "a backward gather")
 
     def loader(index):
         *lead, ih, iw = index
