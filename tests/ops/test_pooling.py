@@ -49,7 +49,7 @@ def test_max_pool2d_values_and_indices(case, layout, codegen):
 
 @pytest.mark.parametrize("codegen", BOTH)
 def test_max_pool2d_nan_wins_and_last_nan_is_the_index(codegen):
-    x = _tied((2, 3, 9, 12), special=(math.nan,), )
+    x = _tied((2, 3, 9, 12), special=(math.nan,))
     x[0, 0, 1, 1:3] = math.nan            # two NaNs in one window: eager reports the later one
     check(_max_pool("resnet_stem_3s2p1"), x, codegen=codegen)
     check(_max_pool("dilation_rect_ceil"), x, codegen=codegen)
@@ -111,10 +111,6 @@ def test_gradients_through_views_around_pooling(codegen):
         return (F.max_pool2d(y, 3, 2, 1).sum() + (F.avg_pool2d(y * 2, (2, 3), 1, (1, 0), True, False) ** 2).sum()
                 + F.max_pool2d(x, 2, 3, 1, 2, True).transpose(1, 3))
     check(fn, _tied((2, 3, 13, 12), requires_grad=True), codegen=codegen, grad=True, atol=1e-5, rtol=1e-5)
-
-
-def _graphs_since(start):
-    return fuse_all.compiled_graphs()[start:]
 
 
 def test_training_graphs_run_no_aten_pooling_and_fuse_the_backward_with_the_residual_add():
@@ -221,7 +217,7 @@ def test_windows_past_the_unroll_limit_run_in_aten_with_a_reason():
     fuse_all.reset()
 
     def fn(x):
-        return F.max_pool2d(x, 7, 1, 3) + F.avg_pool2d(x, 6, 1, 3)[..., :-1, :-1] + F.max_pool2d(x, 3) .sum()
+        return F.max_pool2d(x, 7, 1, 3) + F.avg_pool2d(x, 6, 1, 3)[..., :-1, :-1] + F.max_pool2d(x, 3).sum()
     check(fn, make((1, 2, 9, 9), requires_grad=True), grad=True, allow_fallback=True)
     reasons = {e.target: e.reason for g in fuse_all.compiled_graphs() for e in g.externs}
     assert "a window of 49 elements (unrolled up to 25)" in reasons["aten.max_pool2d_with_indices.default"]
