@@ -20,6 +20,9 @@ MAX_CASES = {
     "stride_gt_kernel_ceil_pad": (2, 3, 1, 1, True),
     "dilation_gt_stride": (3, 1, 1, 2, False),
     "dilation_rect_ceil": ((2, 3), 2, (1, 0), (3, 1), True),
+    # 25 elements, the most that is unrolled: the running maximum is a 25-step scan (each step reads the
+    # previous twice; kernel generation once walked every path of that DAG: 2^25)
+    "k5_pad2_largest_unrolled": (5, 1, 2, 1, False),
 }
 
 
