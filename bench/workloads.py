@@ -143,6 +143,21 @@ def batchnorm_nchw(device: str, n: int, c: int, h: int, w: int) -> Instance:
                       min_bytes=4 * (2 * n * c * h * w + 2 * c), tol=1e-4)
 
 
+def train_pool_stem(device: str, n: int, c: int, size: int, channels_last: bool = False) -> Instance:
+    """ResNet's stem after conv1, one training step: BatchNorm, ReLU, max pool 3x3/2 pad 1 (forward: values
+    and indices; backward: the gather of max_pool2d_with_indices_backward with ReLU's and BatchNorm's
+    backward). Issue 11: ATen's max pool backward alone was 0.29 ms of train_resnet50_32x224's step."""
+    bn = torch.nn.BatchNorm2d(c).to(device).train()
+    x = torch.randn(n, c, size, size, device=device)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    x.requires_grad_()
+
+    def loss(x):
+        return F.max_pool2d(F.relu(bn(x)), 3, 2, 1).square().mean()
+    return _training(bn, loss, (x,), tol=1e-4)
+
+
 def sum_all(device: str, numel: int) -> Instance:
     x = torch.randn(numel, device=device)
     return _inference(lambda x: x.sum(), (x,), min_bytes=4 * numel, tol=1e-4)
@@ -299,6 +314,8 @@ WORKLOADS: dict[str, Callable[[str], Instance]] = {
     "batchnorm_channels_last_64x256x64x64": P(batchnorm_channels_last, n=64, c=256, h=64, w=64),
     "batchnorm_nchw_32x64x112x112": P(batchnorm_nchw, n=32, c=64, h=112, w=112),
     "sum_all_2e26": P(sum_all, numel=2**26),
+    "train_pool_stem_32x64x112": P(train_pool_stem, n=32, c=64, size=112),
+    "train_pool_stem_cl_32x64x112": P(train_pool_stem, n=32, c=64, size=112, channels_last=True),
     "resnet50_1x3x64x64": P(resnet50, batch=1, channels=3, height=64, width=64),
     "resnet50_cl_1x3x64x64": P(resnet50_channels_last, batch=1, size=64),
     "mobilenet_v2_1x3x128x128": P(mobilenet_v2, batch=1, size=128),

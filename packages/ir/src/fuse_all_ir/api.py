@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import lowerings_pointwise, lowerings_reduce, lowerings_view  # noqa: F401  (register lowerings)
+from . import lowerings_pointwise, lowerings_pool, lowerings_reduce, lowerings_view  # noqa: F401  (register lowerings)
 from .choices import FusionChoices
 from .column_split import split_reductions
 from .compile_timing import phase

@@ -133,7 +133,7 @@ class KernelBuilder:
         loops = []
         for (over_reduction, depth), members in phases:
             self.phase_depth, self.phase_is_red = depth, over_reduction
-            self.body, self.cse = [], {}
+            self.body, self.cse, self.emitted = [], {}, {}
             for m in members:
                 self._emit_member(m)
             if self.body:
@@ -195,6 +195,16 @@ class KernelBuilder:
         return name
 
     def emit(self, e: E) -> str:
+        """The SSA name of `e` in this phase. Expressions are DAGs (a scan such as a pooling window's running
+        maximum reads each step twice): each node is emitted once, not once per path to it."""
+        seen = self.emitted.get(id(e))
+        if seen is not None and seen[0] is e:
+            return seen[1]
+        name = self._emit(e)
+        self.emitted[id(e)] = (e, name)
+        return name
+
+    def _emit(self, e: E) -> str:
         if e.origin is not None:
             self.origins.append(e.origin)
         if e.kind == "const":
