@@ -198,9 +198,10 @@ def _flat_storage(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=x.dtype, device=x.device).set_(st, 0, (st.nbytes() // x.element_size(),), (1,))
 
 
-def clone_inputs(inputs, memo: dict, shuffle=False):
+def clone_inputs(inputs, memo: dict, shuffle=False, device=None):
     """Copy tensors *with their layout* (sizes, strides, storage offset, the whole storage, aliasing between
-    inputs); memo maps the original storage's address to the copy (a flat tensor over the new storage)."""
+    inputs); memo maps the original storage's address to the copy (a flat tensor over the new storage).
+    `device`: the copies live there (the same layout on another device)."""
     out = []
     for x in inputs:
         if not isinstance(x, torch.Tensor):
@@ -211,7 +212,7 @@ def clone_inputs(inputs, memo: dict, shuffle=False):
             flat = _flat_storage(x).detach().clone()
             if shuffle and flat.numel() > 1:
                 flat = flat[torch.randperm(flat.numel())].contiguous()
-            memo[key] = flat
+            memo[key] = flat if device is None else flat.to(device)
         y = memo[key].as_strided(x.shape, x.stride(), x.storage_offset()).detach()
         if x.requires_grad:
             y.requires_grad_(True)
@@ -277,6 +278,17 @@ def assert_same(actual, expected, *, atol=None, rtol=None, check_strides=True, w
             assert a == e and type(a) is type(e), f"{what} {label}: {a!r}, eager {e!r}"
 
 
+def on_device(tree, device):
+    """`tree` with every tensor copied to `device` in its layout (strides, storage offset, the whole storage);
+    tensors already there are left as they are."""
+    def move(t):
+        if not isinstance(t, torch.Tensor) or t.device == torch.device(device):
+            return t
+        flat = _flat_storage(t.detach()).to(device)
+        return flat.as_strided(t.shape, t.stride(), t.storage_offset())
+    return pytree.tree_map(move, tree)
+
+
 def _aliasing(outputs, inputs):
     """For every output tensor: which inputs and which earlier outputs share its storage."""
     in_ptr = [x.untyped_storage().data_ptr() if isinstance(x, torch.Tensor) and x.numel() else None
@@ -326,7 +338,7 @@ def traced_output_strides(fn, inputs) -> dict[str, tuple[int, ...]]:
 
 def check(fn, *inputs, codegen="cpp", atol=None, rtol=None, check_strides=True, check_aliasing=True,
           rerun=True, grad=False, dynamic=None, grad_atol=None, grad_rtol=None, backend=None,
-          allow_fallback=False, traced_layout=False, grad_vs_float64=False):
+          allow_fallback=False, traced_layout=False, grad_vs_float64=False, reference_device=None):
     """Compile `fn` with the backend under test and hold it to eager on `inputs`:
     outputs (values, dtype, shape, strides of dims > 1), which outputs alias which inputs/outputs, input
     mutations (whole storages are compared, so writes outside a view are caught), module parameters and
@@ -339,21 +351,32 @@ def check(fn, *inputs, codegen="cpp", atol=None, rtol=None, check_strides=True, 
     ops whose eager layout this torch's meta functions predict wrongly; see check_ops).
     `grad_vs_float64=True` judges gradients by their error against a float64 run of `fn`, relative to
     eager's own error (assert_near_float64), instead of by a fixed tolerance against eager: for gradients
-    summed over many terms, whose rounding depends on the summation order."""
+    summed over many terms, whose rounding depends on the summation order.
+    `reference_device` runs eager (and the float64 reference) on copies of the inputs on that device, in the
+    same layouts, for ops whose eager kernel on the compiled device is itself wrong (torch's CUDA
+    channels-last avg_pool2d backward with padding, pytorch#188344)."""
     torch._dynamo.reset()
     counters.clear()
     is_mod = isinstance(fn, torch.nn.Module)
     eager_fn = copy.deepcopy(fn) if is_mod else fn
+    if is_mod and reference_device is not None:
+        eager_fn = eager_fn.to(reference_device)
     comp_target = copy.deepcopy(fn) if is_mod else fn
     compiled = compile_fn(comp_target, codegen, dynamic=dynamic, backend=backend, allow_fallback=allow_fallback)
 
     src = list(inputs)
+    device = next((x.device for x in src if isinstance(x, torch.Tensor)), None)
+
+    def here(tree):
+        """eager's results, on the compiled inputs' device for the comparisons"""
+        return tree if reference_device is None else on_device(tree, device)
+
     for run in range(2 if rerun else 1):
         e_memo, c_memo = {}, {}
         if run == 1:
             shuffled_memo = {}
             src = clone_inputs(src, shuffled_memo, shuffle=True)
-        e_in = clone_inputs(src, e_memo)
+        e_in = clone_inputs(src, e_memo, device=reference_device)
         c_in = clone_inputs(src, c_memo)
         try:
             expected = eager_fn(*e_in)
@@ -363,24 +386,24 @@ def check(fn, *inputs, codegen="cpp", atol=None, rtol=None, check_strides=True, 
         if run == 0:
             assert counters["stats"]["unique_graphs"] >= 1, "the backend was never called (graph break / no graph?)"
         tag = "" if run == 0 else " (second call, shuffled inputs)"
-        traced = traced_output_strides(eager_fn, clone_inputs(src, {})) if traced_layout and check_strides else None
-        assert_same(actual, expected, atol=atol, rtol=rtol, check_strides=check_strides, what="output" + tag,
-                    traced_strides=traced)
+        traced = traced_output_strides(eager_fn, clone_inputs(src, {}, device=reference_device)) if traced_layout and check_strides else None
+        assert_same(actual, here(expected), atol=atol, rtol=rtol, check_strides=check_strides,
+                    what="output" + tag, traced_strides=traced)
         if check_aliasing:
             ea, ca = _aliasing(expected, e_in), _aliasing(actual, c_in)
             assert ca == ea, (f"aliasing differs{tag}: per output (inputs sharing storage, earlier outputs "
                               f"sharing storage): compiled {ca}, eager {ea}")
         # input mutations: compare whole storages
         for key, e_flat in e_memo.items():
-            assert_same(c_memo[key], e_flat, atol=atol, rtol=rtol, check_strides=False,
+            assert_same(c_memo[key], here(e_flat), atol=atol, rtol=rtol, check_strides=False,
                         what=f"input storage (dtype {dtype_id(key[1])}) after the call{tag}")
         if is_mod:
-            assert_same(_module_state(comp_target), _module_state(eager_fn), atol=atol, rtol=rtol,
+            assert_same(_module_state(comp_target), here(_module_state(eager_fn)), atol=atol, rtol=rtol,
                         check_strides=False, what="module state" + tag)
         if grad and run == 0:
             cots = _cotangents(expected)
             _backward(expected, cots)
-            _backward(actual, cots)
+            _backward(actual, here(cots))
             ga, gr = grad_atol or atol, grad_rtol or rtol
             e_grads = {f"grad of input {i}": x.grad for i, x in enumerate(e_in)
                        if isinstance(x, torch.Tensor) and x.requires_grad}
@@ -392,8 +415,9 @@ def check(fn, *inputs, codegen="cpp", atol=None, rtol=None, check_strides=True, 
             assert all(g is not None for g in e_grads.values()), "test bug: eager left a grad None"
             missing = [k for k, g in c_grads.items() if g is None]
             assert not missing, f"compiled backward produced no gradient for {missing}"
+            e_grads = here(e_grads)
             if grad_vs_float64:
-                reference = _float64_gradients(fn, src, cots)
+                reference = here(_float64_gradients(fn, src, cots, device=reference_device))
                 for key, e_grad in e_grads.items():
                     grad_atol_here = _tol(e_grad.dtype, ga, gr)[0]
                     assert_near_float64(c_grads[key], e_grad, reference[key], key, atol=grad_atol_here)
@@ -427,13 +451,17 @@ def assert_near_float64(actual, eager, reference, label, *, atol, factor=FLOAT64
                               f"allowed {allowed:.3e} ({factor:g}x eager's + {atol / 10:.0e})")
 
 
-def _float64_gradients(fn, inputs, cotangents) -> dict[str, torch.Tensor]:
-    """The gradients of `fn` (a function or module, untouched) computed in float64 on `inputs`, keyed like
-    check()'s gradients."""
+def _float64_gradients(fn, inputs, cotangents, device=None) -> dict[str, torch.Tensor]:
+    """The gradients of `fn` (a function or module, untouched) computed in float64 on `inputs` (copied to
+    `device` when given, as are the cotangents), keyed like check()'s gradients."""
     is_mod = isinstance(fn, torch.nn.Module)
     fn64 = copy.deepcopy(fn).double() if is_mod else fn
+    if is_mod and device is not None:
+        fn64 = fn64.to(device)
+    cotangents = cotangents if device is None else on_device(cotangents, device)
     args = [x.detach().double().requires_grad_(x.requires_grad)
-            if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in clone_inputs(inputs, {})]
+            if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in clone_inputs(inputs, {}, device=device)]
     outputs = fn64(*args)
     _backward(outputs, [c.double() if c is not None else None for c in cotangents])
     grads = {f"grad of input {i}": x.grad for i, x in enumerate(args)

@@ -7,7 +7,7 @@ import torch.utils._pytree as pytree
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
-from fuse_all_optest import check, check_ops, make
+from fuse_all_optest import check, check_ops, clone_inputs, make, on_device
 
 
 def _dynamo_backend(transform_out=None, clone_args=False, only_if=None):
@@ -93,3 +93,27 @@ def test_check_ops_names_the_culprit():
         check_ops({"good_sin": torch.sin, "bad_cos": torch.cos, "good_exp": torch.exp}, make((4, 5)), backend=bad)
     text = str(info.value)
     assert "bad_cos:" in text and "good_sin:" not in text and "good_exp:" not in text, text
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "sliced", "expanded", "transposed"])
+def test_copies_to_the_reference_device_keep_the_layout(layout):
+    """`reference_device` (eager on another device) relies on copies with the same strides, storage offset
+    and aliasing; "meta" stands in for the other device here."""
+    x = make((3, 4, 5, 6), layout=layout, requires_grad=True)
+    (moved,) = clone_inputs([x], {}, device="meta")
+    again = on_device({"x": x}, "meta")["x"]
+    for y in (moved, again):
+        assert y.device.type == "meta"
+        assert (y.shape, y.stride(), y.storage_offset()) == (x.shape, x.stride(), x.storage_offset())
+    assert moved.requires_grad
+    a, b, c = clone_inputs([x, x[1:], x.clone()], {}, device="meta")
+
+    def storage(t):   # meta storages have no addresses: compare the storage objects themselves
+        return t.untyped_storage()._cdata
+    assert storage(a) == storage(b) != storage(c)            # aliasing between inputs kept, and only that
+
+
+def test_reference_device_with_float64_gradients():
+    check(lambda x: x.sin().sum(0), make((4, 5), layout="transposed", requires_grad=True), grad=True,
+          grad_vs_float64=True, reference_device="cpu", backend=_dynamo_backend())
+
