@@ -3,7 +3,7 @@ fuse_all's kernels? Prints one line per check (max abs error against CPU eager i
 
 * CUDA eager avg_pool2d / max_pool2d backward, NCHW and channels-last, padding 1 (ResNet's 3x3/2 stem pool).
   torch's channels-last avg_pool2d backward kernel drops the padding offset when it maps an input pixel to
-  its windows (pytorch#188344, fixed after torch 2.11): expected wrong there, right everywhere else;
+  its windows (pytorch#188344; torch 2.11 has it): expected wrong there, right everywhere else;
 * fuse_all (Triton) on the same stem as tests/cuda/test_pooling_cuda.py, channels-last and NCHW.
 
     source bench/gpu_env.sh && python bench/gpu_pool_reference_probe.py      (about a minute on one H200)

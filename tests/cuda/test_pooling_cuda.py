@@ -6,7 +6,7 @@ the add that follows it.
 
 Gradients through avg_pool2d are held to CPU eager: torch's CUDA channels-last avg_pool2d backward maps an
 input pixel to its windows without the padding (`avg_pool2d_backward_out_cuda_frame_nhwc`, pytorch#188344,
-fixed after torch 2.11), so with padding > 0 CUDA eager itself is wrong on channels-last inputs (that, not
+in torch 2.11 at least), so with padding > 0 CUDA eager itself is wrong on channels-last inputs (that, not
 our kernels, failed the channels-last stem here). The max-pool gradient alone is still held to CUDA eager."""
 from __future__ import annotations
 
