@@ -18,14 +18,6 @@ import fuse_all_ir
 from fuse_all_ir import layout
 
 
-
-@pytest.fixture(autouse=True)
-def training_layout_on(monkeypatch):
-    """The channels-last training mechanism on small nets, where it is right; by default training graphs keep
-    NCHW (`layout_decision.TRAINING_WRONG_RESULTS`: ResNet-50's second step goes wrong)."""
-    from fuse_all_ir import layout_decision
-    monkeypatch.setattr(layout_decision, "TRAINING_WRONG_RESULTS", False)
-
 @pytest.fixture
 def applied(monkeypatch):
     """What `prefer_channels_last` answered for each graph of the test."""
