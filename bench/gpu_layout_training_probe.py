@@ -1,6 +1,7 @@
 """Where channels-last CUDA training went wrong (issue 11: first Conv-BN stage's gradients ~1e-3 off float64
 at the second SGD step on the H200). Outcome: nowhere in the mechanism. Every graph matched its ATen graph
-here, and in float64 the whole step matches eager (tests/ops/test_channels_last.py); ~1e-3 on the first
+here, and in float64 the whole step matches eager (CPU: tests/ops/test_channels_last.py; GPU:
+tests/cuda/test_layout_cuda.py::test_training_channels_last_is_exact_in_float64); ~1e-3 on the first
 stage is what one ReLU input within float32 rounding of zero does to float32 gradients (eager float32 shows
 it too, in either layout: tests/layout_checks.py). Kept for pinning layout problems. One run prints, per SGD step:
 
