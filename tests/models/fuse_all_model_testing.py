@@ -122,8 +122,9 @@ def assert_as_close_to_fp64_as_eager(actual: dict, eager, fp64: dict, what: str)
             assert torch.equal(actual[n], ref), f"{what} {n}: integer values differ from eager"
     floats = [n for n in fp64 if fp64[n].is_floating_point()]
     errors = {n: (relative_l2(actual[n], fp64[n]), max(relative_l2(run[n], fp64[n]) for run in runs)) for n in floats}
-    pooled = max(relative_l2(torch.cat([run[n].double().flatten() for n in floats]),
-                             torch.cat([fp64[n].double().flatten() for n in floats])) for run in runs) if floats else 0.0
+    reference = torch.cat([fp64[n].double().flatten() for n in floats]) if floats else None
+    pooled = max(relative_l2(torch.cat([run[n].double().flatten() for n in floats]), reference)
+                 for run in runs) if floats else 0.0
     bad = [f"{n}: {c:.2e} vs float64 (eager {e:.2e}, bound {FP64_MULTIPLIER * max(e, pooled) + FP64_ATOL:.2e})"
            for n, (c, e) in errors.items() if not c <= FP64_MULTIPLIER * max(e, pooled) + FP64_ATOL]
     assert not bad, f"{what}: {len(bad)} tensors further from float64 than eager float32 is:\n" + "\n".join(bad[:10])
