@@ -63,9 +63,6 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_LAYOUT_OPT", "`1`", "fuse_all",
              "`0`: no channels-last convolutions (Inductor's layout optimisation: activations of convolution "
              "graphs run NHWC where its heuristics expect a gain; also `options={\"layout_opt\": False}`)"),
-    Variable("FUSE_ALL_LAYOUT_TRAINING", "unset", "fuse_all_ir",
-             "`1`: channels-last convolutions in training graphs too (off by default: a known wrong result at "
-             "the second SGD step, issue 11; for reproducing it)"),
     Variable("FUSE_ALL_COLUMN_SPLITS", "chosen per kernel", "fuse_all_ir",
              "`n`: split every splittable reduction compiled for Triton (column or contiguous) into `n` chunks (a "
              "partial and a final kernel per reduction phase); for tests and experiments"),

