@@ -65,10 +65,11 @@ def test_inference_runs_channels_last(name, mode):
     assert set(layout_checks.convolution_layouts(record)) == {"NHWC"}
 
 
-def _assert_trained_channels_last():
+def _assert_trained_channels_last(every_convolution_nhwc=True):
     (forward,) = _records("forward")
     assert forward.layout.startswith("channels-last applied: training with "), forward.layout
-    assert set(layout_checks.convolution_layouts(forward)) == {"NHWC"}
+    if every_convolution_nhwc:
+        assert set(layout_checks.convolution_layouts(forward)) == {"NHWC"}
     (backward,) = _records("backward")
     assert backward.layout == "strides re-derived from the saved activations' layout (channels-last forward)"
 
@@ -92,7 +93,9 @@ def test_training_channels_last_is_exact_in_float64(name, mode):
     three SGD steps in float64 match eager to 1e-9 (rounding cannot hide a wrong stride or a stale value)."""
     x, y = torch.randn(4, 3, 32, 32, device="cuda"), torch.randint(0, 10, (4,), device="cuda")
     layout_checks.check_training_float64(_model(name), x, y, _compiler(mode), steps=3)
-    _assert_trained_channels_last()
+    # cuDNN has no float64 NHWC kernels for most convolutions: ATen (and so the traced meta the plan
+    # follows) returns their results NCHW from channels-last inputs; the bookkeeping is still exercised.
+    _assert_trained_channels_last(every_convolution_nhwc=False)
 
 
 def test_layout_opt_off_keeps_nchw():

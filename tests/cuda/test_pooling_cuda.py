@@ -7,7 +7,13 @@ the add that follows it.
 Gradients through avg_pool2d are held to CPU eager: torch's CUDA channels-last avg_pool2d backward maps an
 input pixel to its windows without the padding (`avg_pool2d_backward_out_cuda_frame_nhwc`, pytorch#188344,
 in torch 2.11 at least), so with padding > 0 CUDA eager itself is wrong on channels-last inputs (that, not
-our kernels, failed the channels-last stem here). The max-pool gradient alone is still held to CUDA eager."""
+our kernels, failed the channels-last stem here). The max-pool gradient alone is still held to CUDA eager.
+Indices are held to CPU eager too: CUDA's channels-last max-pool kernel starts each window's index at 0, not
+at the window's first element, so a window with no element above -inf (all -inf or all padding) gets index 0
+there and the first element's index on CPU and in CUDA's NCHW kernel, which is what we return.
+Gradients with a reduction over the batch and the plane (the `w` of the stem: 25088 terms) are judged
+against float64 relative to eager's own error (`grad_vs_float64`): a fixed 1e-5 is below float32's
+rounding of such a sum in another order."""
 from __future__ import annotations
 
 import math
@@ -52,7 +58,7 @@ def _input(shape, dtype, channels_last, special=()):
 def test_resnet_stem_pooling_forward_and_backward(dtype, channels_last):
     x = _input((8, 64, 112, 112), dtype, channels_last)
     w = ot.make((56,), dtype).to("cuda").requires_grad_()
-    ot.check(_stem, x, w, codegen="triton", grad=True, atol=1e-5, rtol=1e-5, reference_device="cpu")
+    ot.check(_stem, x, w, codegen="triton", grad=True, grad_vs_float64=True, reference_device="cpu")
     assert not POOLING_OPS & set(_externs())
     backward = fuse_all.compiled_graphs()[-1]
     (gather,) = [k for k in backward.kernels
@@ -68,7 +74,7 @@ def test_indices_nan_and_odd_windows(channels_last):
         a = F.max_pool2d(x, 3, 2, 1, return_indices=True)
         b = F.max_pool2d(x, (2, 3), 2, (1, 0), (3, 1), ceil_mode=True, return_indices=True)
         return a, b, F.avg_pool2d(x, 3, 3, 1, ceil_mode=True)
-    ot.check(fn, x.detach(), codegen="triton")
+    ot.check(fn, x.detach(), codegen="triton", reference_device="cpu")
     assert not POOLING_OPS & set(_externs())
 
 
@@ -79,7 +85,7 @@ def test_max_pool_backward_channels_last_against_cuda_eager(dtype):
     x = _input((8, 64, 112, 112), dtype, True)
     w = ot.make((56,), dtype).to("cuda").requires_grad_()
     ot.check(lambda x, w: F.max_pool2d(x.relu(), 3, 2, 1) * w, x, w, codegen="triton", grad=True,
-             atol=1e-5, rtol=1e-5)
+             grad_vs_float64=True)
     assert not POOLING_OPS & set(_externs())
 
 
