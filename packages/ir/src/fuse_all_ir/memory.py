@@ -28,7 +28,7 @@ from __future__ import annotations
 import sympy
 
 from . import in_place
-from .program import Alloc, ExternCall, Free, KernelCall, Program, TensorSpec, buffer_refs
+from .program import Alloc, BufferRef, ExternCall, Free, KernelCall, Program, TensorSpec
 
 
 def storage_elements(spec: TensorSpec) -> sympy.Expr:
@@ -206,3 +206,16 @@ def _pick(pool, spec: TensorSpec, own: set[str], as_output: bool) -> str | None:
     if index is None:
         return None
     return pool.pop(index)[0]
+
+
+def buffer_refs(value):
+    """Every `BufferRef` in `value`: an extern call's (args, kwargs) or a program's outputs, nested in lists,
+    tuples and dicts."""
+    if isinstance(value, BufferRef):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from buffer_refs(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from buffer_refs(item)

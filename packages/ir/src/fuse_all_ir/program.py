@@ -196,19 +196,6 @@ class BufferRef:
     view: TensorSpec | None = None       # when set, as_strided(name, view.size, view.stride, view.offset)
 
 
-def buffer_refs(value):
-    """Every `BufferRef` in `value`: an extern call's (args, kwargs) or a program's outputs, nested in lists,
-    tuples and dicts."""
-    if isinstance(value, BufferRef):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from buffer_refs(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from buffer_refs(item)
-
-
 @dataclass(frozen=True)
 class Alloc:
     """Allocate `buffer` (Program.buffers gives its layout). With `reuse`, take over the memory of that

@@ -30,7 +30,7 @@ import sympy
 from . import vocabulary
 from .program import (
     Alloc, Compute, Const, ExternCall, Free, IndexValue, Kernel, KernelCall, Load, Program, Reduce,
-    Store, buffer_refs,
+    Store,
 )
 from . import in_place, memory
 from .symbolic import rvar, xvar
@@ -189,7 +189,7 @@ def _check_steps(program: Program) -> None:
     defined = {i.name for i in program.inputs} | set(program.constants)
     allocated: set[str] = set()
     specs = memory.buffer_specs(program)
-    outputs = {ref.name for ref in buffer_refs(program.outputs)}
+    outputs = {ref.name for ref in memory.buffer_refs(program.outputs)}
 
     def read(name: str, where: str):
         if name not in defined:
@@ -227,7 +227,7 @@ def _check_steps(program: Program) -> None:
                     fail(f"{where} {kernel.name} writes {name!r}, which was never allocated")
             defined.update(kernel.outputs)
         elif isinstance(step, ExternCall):
-            for ref in buffer_refs((step.args, step.kwargs)):
+            for ref in memory.buffer_refs((step.args, step.kwargs)):
                 read(ref.name, f"{where} {step.target}")
             defined.update(o for o in step.outputs if o is not None)
         elif isinstance(step, Free):
@@ -236,7 +236,7 @@ def _check_steps(program: Program) -> None:
             allocated.discard(step.buffer)
         else:
             fail(f"{where}: unknown step {step!r}")
-    for ref in buffer_refs(program.outputs):
+    for ref in memory.buffer_refs(program.outputs):
         read(ref.name, "the program's outputs")
 
 
