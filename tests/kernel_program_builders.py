@@ -1,5 +1,5 @@
 """Builders for hand-built `Program`s (the codegen contract, `fuse_all_ir.program`) and the tolerance-aware
-comparison the codegen tests use. The examples themselves are in `kernel_examples.py`."""
+comparison the codegen tests use. The examples themselves are in the `kernel_examples` package."""
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
@@ -9,8 +9,15 @@ import torch
 
 from fuse_all_ir.tiling import plan_tiling
 from fuse_all_ir import (
-    Alloc, BufferRef, GraphInput, Kernel, KernelCall, Loop, Program, TensorSpec, contiguous_strides,
+    Alloc, BufferRef, GraphInput, Kernel, KernelCall, Loop, Program, TensorSpec, contiguous_strides, rvar,
+    size_symbol, xvar,
 )
+
+# the index and size symbols the examples are written in
+x0, x1, x2 = xvar(0), xvar(1), xvar(2)
+r0, r1 = rvar(0), rvar(1)
+s0, s1 = size_symbol("s0"), size_symbol("s1")
+
 
 class Example(NamedTuple):
     program: Program
@@ -75,6 +82,3 @@ def assert_outputs_match(actual, expected, example: Example | None = None) -> No
         elif e.dtype == torch.float32:
             kwargs = {"rtol": 1e-5, "atol": 1e-5}
         torch.testing.assert_close(a.cpu(), e.cpu(), equal_nan=True, msg=lambda m: f"output {i}: {m}", **kwargs)
-
-
-# ---- the examples -----------------------------------------------------------------------------------
