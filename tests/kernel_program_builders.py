@@ -1,5 +1,6 @@
 """Builders for hand-built `Program`s (the codegen contract, `fuse_all_ir.program`) and the tolerance-aware
-comparison the codegen tests use. The examples themselves are in the `kernel_examples` package."""
+comparisons the codegen tests use (outputs against expected values; an error against float64 relative to
+eager's). The examples themselves are in the `kernel_examples` package."""
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
@@ -82,3 +83,12 @@ def assert_outputs_match(actual, expected, example: Example | None = None) -> No
         elif e.dtype == torch.float32:
             kwargs = {"rtol": 1e-5, "atol": 1e-5}
         torch.testing.assert_close(a.cpu(), e.cpu(), equal_nan=True, msg=lambda m: f"output {i}: {m}", **kwargs)
+
+
+def assert_error_within_eager_bound(fa, eager, ref64, rel_floor):
+    """err_fa <= max(10 * err_eager, rel_floor * scale), errors against float64, scale = max |ref|."""
+    err_fa = (fa.double() - ref64).abs().max().item()
+    err_eager = (eager.double() - ref64).abs().max().item()
+    scale = ref64.abs().max().item()
+    bound = max(10 * err_eager, rel_floor * scale)
+    assert err_fa <= bound, f"error {err_fa:.3g} > {bound:.3g} (eager {err_eager:.3g}, scale {scale:.3g})"
