@@ -6,6 +6,7 @@ machine with the editable install the entry point wins and nothing is registered
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import platform
@@ -20,6 +21,21 @@ def add_repo_paths() -> None:
         if path not in sys.path:
             sys.path.insert(0, path)
 
+
+
+@contextlib.contextmanager
+def temporary_environ(values: dict[str, str]):
+    """Set environment variables for a block, restoring the previous values (or their absence) afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 def register_fuse_all() -> str | None:
     """Make `backend="fuse_all"` work; returns None, or why it cannot (one line) so its cells can say so."""

@@ -60,6 +60,7 @@ def stack_probe(layers: int) -> None:
 
     import triton.testing
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from env import temporary_environ
     from host_percall import tiny_stack
     from launches import count_launches, host_us_per_kernel
     torch.manual_seed(0)
@@ -71,9 +72,7 @@ def stack_probe(layers: int) -> None:
             ("fuse_all", "fuse_all", "reduce-overhead", {}),
             ("fuse_all no-reuse", "fuse_all", "reduce-overhead", {"FUSE_ALL_REUSE_BUFFERS": "0"})]
     for name, backend, ro_mode, env in rows:
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with temporary_environ(env):
             torch._dynamo.reset()
             fn = model if backend is None else torch.compile(model, backend=backend)
             with torch.no_grad():
@@ -97,12 +96,6 @@ def stack_probe(layers: int) -> None:
                   f"RO {ro * 1e3 if ro else float('nan'):8.1f} us  {counts['kernels']:4d} kernels  "
                   f"{counts['aten']:4d} ATen calls  host/kernel "
                   f"{per_kernel if per_kernel is not None else float('nan'):6.2f} us")
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
 
 if __name__ == "__main__":

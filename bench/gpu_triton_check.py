@@ -3,7 +3,7 @@
     python bench/gpu_triton_check.py            # everything
     python bench/gpu_triton_check.py --quick    # examples + headline numbers, shorter timing
 
-1. correctness: every example of tests/kernel_examples.py on CUDA (default, and forced-looped reductions),
+1. correctness: every example of tests/kernel_examples/ on CUDA (default, and forced-looped reductions),
    a second call (fast launcher), unaligned and int64-sized arguments (general launch path);
 2. bandwidth: cos->sin over 2**28 floats (target >= 4.1 TB/s) and softmax 16384x4096 (target >= 3.7 TB/s),
    GB/s = bytes read + written / do_bench median; eager (and Inductor unless --no-inductor) beside;
@@ -174,7 +174,7 @@ def bench_bandwidth(quick: bool, inductor: bool) -> None:
 
     rows_, cols = 16384, 4096
     program = ke.program("softmax_big", "cuda", {"arg0": ke.spec("float32", [rows_, cols])},
-                         {"buf0": ke.spec("float32", [rows_, cols])}, [ke._softmax_kernel(rows_, cols, "float32")])
+                         {"buf0": ke.spec("float32", [rows_, cols])}, [ke.softmax_kernel(rows_, cols, "float32")])
     module = load(program)
     s = ke.nonzero_randn(rows_, cols, device="cuda", scale=4)
     so = torch.empty_like(s)

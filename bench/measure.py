@@ -14,7 +14,7 @@ import torch
 
 import compile_columns
 from compare import compare, snapshot
-from env import one_line
+from env import one_line, temporary_environ
 from launches import count_launches
 from timing import first_call, median_ms, time_limit
 from workloads import Instance, build
@@ -66,24 +66,6 @@ def fresh_cache_env(name: str) -> dict[str, str]:
     return {"FUSE_ALL_CACHE_DIR": root, "TRITON_CACHE_DIR": os.path.join(root, "triton")}
 
 
-class _Env:
-    """Set environment variables for a block, restoring the previous values afterwards."""
-
-    def __init__(self, values: dict[str, str]):
-        self.values, self.saved = values, {}
-
-    def __enter__(self):
-        self.saved = {k: os.environ.get(k) for k in self.values}
-        os.environ.update(self.values)
-
-    def __exit__(self, *exc):
-        for k, v in self.saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def clean_slate(device: str) -> None:
     """Forget every compiled graph (Dynamo's caches, CUDA graph trees) and give memory back."""
     torch._dynamo.reset()
@@ -131,7 +113,7 @@ def measure_backend(b: Backend, inst: Instance, ref, device: str, name: str, arg
     env = fresh_cache_env(name) if b.fuse_all else {}
     compiled = None
     try:
-        with time_limit(args.backend_timeout), _Env(env):
+        with time_limit(args.backend_timeout), temporary_environ(env):
             clean_slate(device)
             if b.fuse_all:
                 import fuse_all
@@ -211,7 +193,7 @@ def prime_backends(device: str, backends: list[str], keep_caches: bool = False) 
         env = fresh_cache_env("prime") if backend == "fuse_all" and not keep_caches else {}
         start = time.perf_counter()
         try:
-            with _Env(env):
+            with temporary_environ(env):
                 torch.compile(lambda t: torch.tanh(t) * 3 + 1, backend=backend)(x)
                 spent[backend] = round(time.perf_counter() - start, 3)
         except Exception as exc:  # noqa: BLE001 - the real cells will report it

@@ -18,11 +18,10 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for _src in [ROOT / "src", *sorted((ROOT / "packages").glob("*/src"))]:
-    if str(_src) not in sys.path:
-        sys.path.insert(0, str(_src))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import env  # noqa: E402
+
+env.add_repo_paths()
 
 import torch  # noqa: E402
 

@@ -1,5 +1,6 @@
 """Builders for hand-built `Program`s (the codegen contract, `fuse_all_ir.program`) and the tolerance-aware
-comparison the codegen tests use. The examples themselves are in `kernel_examples.py`."""
+comparisons the codegen tests use (outputs against expected values; an error against float64 relative to
+eager's). The examples themselves are in the `kernel_examples` package."""
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
@@ -9,8 +10,15 @@ import torch
 
 from fuse_all_ir.tiling import plan_tiling
 from fuse_all_ir import (
-    Alloc, BufferRef, GraphInput, Kernel, KernelCall, Loop, Program, TensorSpec, contiguous_strides,
+    Alloc, BufferRef, GraphInput, Kernel, KernelCall, Loop, Program, TensorSpec, contiguous_strides, rvar,
+    size_symbol, xvar,
 )
+
+# the index and size symbols the examples are written in
+x0, x1, x2 = xvar(0), xvar(1), xvar(2)
+r0, r1 = rvar(0), rvar(1)
+s0, s1 = size_symbol("s0"), size_symbol("s1")
+
 
 class Example(NamedTuple):
     program: Program
@@ -77,4 +85,10 @@ def assert_outputs_match(actual, expected, example: Example | None = None) -> No
         torch.testing.assert_close(a.cpu(), e.cpu(), equal_nan=True, msg=lambda m: f"output {i}: {m}", **kwargs)
 
 
-# ---- the examples -----------------------------------------------------------------------------------
+def assert_error_within_eager_bound(fa, eager, ref64, rel_floor):
+    """err_fa <= max(10 * err_eager, rel_floor * scale), errors against float64, scale = max |ref|."""
+    err_fa = (fa.double() - ref64).abs().max().item()
+    err_eager = (eager.double() - ref64).abs().max().item()
+    scale = ref64.abs().max().item()
+    bound = max(10 * err_eager, rel_floor * scale)
+    assert err_fa <= bound, f"error {err_fa:.3g} > {bound:.3g} (eager {err_eager:.3g}, scale {scale:.3g})"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/kernel_examples.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/kernel_examples/
 
 
 @pytest.fixture(scope="session", autouse=True)

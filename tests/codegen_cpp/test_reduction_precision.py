@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernel_program_builders import assert_error_within_eager_bound
+
 PROGRAMS = {
     "affine_sum": lambda x: (x * 1.5 + 0.25).sum(),
     "exp_sum": lambda x: torch.exp(x / 4).sum(),
@@ -19,15 +21,6 @@ PROGRAMS = {
     "two_dims": lambda x: (x.view(-1, 64).t() * 2 + 1).sum(),
     "short_inner_dim": lambda x: (x.view(4, -1).t() * 2 + 1).sum(),     # innermost reduction dim of 4
 }
-
-
-def assert_error_within_eager_bound(fa, eager, ref64, rel_floor):
-    """err_fa <= max(10 * err_eager, rel_floor * scale), errors against float64, scale = max |ref|."""
-    err_fa = (fa.double() - ref64).abs().max().item()
-    err_eager = (eager.double() - ref64).abs().max().item()
-    scale = ref64.abs().max().item()
-    bound = max(10 * err_eager, rel_floor * scale)
-    assert err_fa <= bound, f"error {err_fa:.3g} > {bound:.3g} (eager {err_eager:.3g}, scale {scale:.3g})"
 
 
 def check(name, n, rel_floor):

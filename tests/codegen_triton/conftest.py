@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/kernel_examples.py, triton_mode.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/kernel_examples/, triton_mode.py
 
 from triton_mode import fresh_triton_codegen  # noqa: E402
 

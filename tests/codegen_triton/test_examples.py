@@ -1,4 +1,4 @@
-"""Every example of tests/kernel_examples.py through TritonTarget, in Triton's CPU interpreter.
+"""Every example of tests/kernel_examples/ through TritonTarget, in Triton's CPU interpreter.
 
 Reduction examples run twice: with the default (persistent where the row fits) and forced looped with
 a small RBLOCK (128), so rows span several loop iterations and partial last blocks."""

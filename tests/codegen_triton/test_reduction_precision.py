@@ -13,6 +13,7 @@ import torch
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")   # NumPy: inf/NaN in the interpreter
 
 import kernel_examples as ke
+from kernel_program_builders import assert_error_within_eager_bound
 from fuse_all_ir import Compute, Const, Kernel, Load, Loop, Reduce, Store, load_host_program, \
     render_host_program, rvar, xvar
 
@@ -32,15 +33,6 @@ def affine_sum_program(rows):
     return ke.program("affine_sum", "cpu", {"arg0": ke.spec("float32", [rows, ke.s0] if rows > 1 else [ke.s0])},
                       {"buf0": ke.spec("float32", out)}, [k], size_symbols={ke.s0: f"arg0.size({int(rows > 1)})"},
                       size_hints={ke.s0: N})
-
-
-def assert_error_within_eager_bound(fa, eager, ref64, rel_floor):
-    """err_fa <= max(10 * err_eager, rel_floor * scale), errors against float64, scale = max |ref|."""
-    err_fa = (fa.double() - ref64).abs().max().item()
-    err_eager = (eager.double() - ref64).abs().max().item()
-    scale = ref64.abs().max().item()
-    bound = max(10 * err_eager, rel_floor * scale)
-    assert err_fa <= bound, f"error {err_fa:.3g} > {bound:.3g} (eager {err_eager:.3g}, scale {scale:.3g})"
 
 
 def run_looped(rows, x, tmp_path, rblock=4):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(TESTS), str(TESTS / "ops")]   # kernel_examples.py, fuse_all_optest.py
+sys.path[:0] = [str(TESTS), str(TESTS / "ops")]   # kernel_examples/, fuse_all_optest.py
 
 
 from triton_mode import fresh_triton_codegen  # noqa: E402

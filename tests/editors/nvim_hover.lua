@@ -1,31 +1,11 @@
 -- Headless neovim as a user's editor: start fuse-all-lsp with vim.lsp.start, open the file, hover
 -- the way `K` does (vim.lsp.buf.hover) and write what the hover window shows to a JSON file.
 -- Arguments come as JSON in $FUSE_ALL_NVIM_TEST: python, file, root, artifact_dir, line, character, out.
-local args = vim.json.decode(os.getenv('FUSE_ALL_NVIM_TEST'))
-local report = { errors = {} }
+local here = vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2))
+local session = dofile(vim.fs.joinpath(here, 'nvim_lsp_session.lua'))
+local report = {}
 
-local function finish()
-  local handle = assert(io.open(args.out, 'w'))
-  handle:write(vim.json.encode(report))
-  handle:close()
-  vim.cmd('qall!')
-end
-
-local ok, failure = pcall(function()
-  vim.cmd.edit(vim.fn.fnameescape(args.file))
-  local bufnr = vim.api.nvim_get_current_buf()
-  local client_id = vim.lsp.start({
-    name = 'fuse-all',
-    cmd = { args.python, '-m', 'fuse_all_lsp' },
-    root_dir = args.root,
-    init_options = { artifactDir = args.artifact_dir, python = args.python },
-  }, { bufnr = bufnr })
-  assert(client_id, 'vim.lsp.start returned no client')
-  local attached = vim.wait(20000, function()
-    local client = vim.lsp.get_client_by_id(client_id)
-    return client ~= nil and client.initialized and vim.lsp.buf_is_attached(bufnr, client_id)
-  end, 50)
-  assert(attached, 'the server did not attach within 20 s')
+session.run(report, function(args, bufnr, client_id)
   report.server_name = vim.lsp.get_client_by_id(client_id).server_info.name
 
   vim.api.nvim_win_set_cursor(0, { args.line, args.character })
@@ -50,7 +30,3 @@ local ok, failure = pcall(function()
     end
   end
 end)
-if not ok then
-  table.insert(report.errors, tostring(failure))
-end
-finish()

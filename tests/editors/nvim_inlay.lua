@@ -3,15 +3,9 @@
 -- per buffer line, the screen row neovim drew for it (inlay hints are drawn as ephemeral extmarks, so
 -- the screen is where they are), and the hints neovim holds (vim.lsp.inlay_hint.get).
 -- Arguments come as JSON in $FUSE_ALL_NVIM_TEST: python, file, root, artifact_dir, out.
-local args = vim.json.decode(os.getenv('FUSE_ALL_NVIM_TEST'))
-local report = { errors = {}, drawn = {} }
-
-local function finish()
-  local handle = assert(io.open(args.out, 'w'))
-  handle:write(vim.json.encode(report))
-  handle:close()
-  vim.cmd('qall!')
-end
+local here = vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2))
+local session = dofile(vim.fs.joinpath(here, 'nvim_lsp_session.lua'))
+local report = { drawn = {} }
 
 local function drawn_hints(bufnr)
   vim.cmd('redraw!')
@@ -31,22 +25,8 @@ local function drawn_hints(bufnr)
   return found
 end
 
-local ok, failure = pcall(function()
-  vim.o.columns, vim.o.lines = 200, 60
-  vim.cmd.edit(vim.fn.fnameescape(args.file))
-  local bufnr = vim.api.nvim_get_current_buf()
-  local client_id = vim.lsp.start({
-    name = 'fuse-all',
-    cmd = { args.python, '-m', 'fuse_all_lsp' },
-    root_dir = args.root,
-    init_options = { artifactDir = args.artifact_dir, python = args.python },
-  }, { bufnr = bufnr })
-  assert(client_id, 'vim.lsp.start returned no client')
-  local attached = vim.wait(20000, function()
-    local client = vim.lsp.get_client_by_id(client_id)
-    return client ~= nil and client.initialized and vim.lsp.buf_is_attached(bufnr, client_id)
-  end, 50)
-  assert(attached, 'the server did not attach within 20 s')
+vim.o.columns, vim.o.lines = 200, 60
+session.run(report, function(_, bufnr)
   vim.lsp.inlay_hint.enable(true, { bufnr = bufnr })
   local shown = vim.wait(20000, function()
     vim.cmd.redraw()
@@ -70,7 +50,3 @@ local ok, failure = pcall(function()
     table.insert(report.held, { line = item.inlay_hint.position.line + 1, label = label })
   end
 end)
-if not ok then
-  table.insert(report.errors, tostring(failure))
-end
-finish()

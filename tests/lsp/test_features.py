@@ -290,6 +290,17 @@ async def test_compile_command_runs_the_file_with_the_artifact_dir_and_reports_p
         assert any("exited with 3" in message.message for message in client.messages)
 
 
+
+@pytest.mark.parametrize("command, action", [("fuse-all.compileFile", "compile"), ("fuse-all.profileFile", "profile")])
+@pytest.mark.parametrize("arguments", [[], [42], ["untitled:Untitled-1"]])
+async def test_compile_and_profile_commands_without_a_file_say_so(start_server, tmp_path, command, action, arguments):
+    client = await start_server(artifact_dir=tmp_path / "artifacts")
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(command=command, arguments=arguments))
+    assert result == {"ok": False, "error": "no file given"}
+    await eventually(lambda: [m for m in client.messages if m.message == f"fuse-all: no file to {action}"],
+                     what="an error message")
+    assert not (tmp_path / "artifacts").exists()
+
 async def test_bad_records_are_skipped_with_a_log_line_and_the_server_keeps_serving(start_server, sample):
     source, artifacts = sample
     artifacts.mkdir()

@@ -88,12 +88,12 @@ def same_layout(a: TensorSpec, b: TensorSpec) -> bool:
 def unshareable(program: Program) -> set[str]:
     """Buffers that never give their memory away: graph inputs and outputs, anything an ATen call may
     have returned a view of (and those views), ATen results of unknown layout."""
-    no_donor = {ref.name for ref in _refs(program.outputs)} | {i.name for i in program.inputs}
+    no_donor = {ref.name for ref in buffer_refs(program.outputs)} | {i.name for i in program.inputs}
     no_donor |= set(program.constants)
     for step in program.steps:
         if isinstance(step, ExternCall):
             if extern_may_alias(step.target):
-                no_donor.update(ref.name for ref in _refs((step.args, step.kwargs)))
+                no_donor.update(ref.name for ref in buffer_refs((step.args, step.kwargs)))
                 no_donor.update(o for o in step.outputs if o is not None)
             no_donor.update(name for name, spec in zip(step.outputs, step.out_specs)
                             if name is not None and spec is None)
@@ -103,7 +103,7 @@ def unshareable(program: Program) -> set[str]:
 def plan_reuse(program: Program) -> Program:
     """Rewrite `program.steps` so that allocations reuse dead buffers, and kernels write outputs in place
     of inputs that die with them (see the module docstring)."""
-    outputs = {ref.name for ref in _refs(program.outputs)}
+    outputs = {ref.name for ref in buffer_refs(program.outputs)}
     no_donor = unshareable(program)
     specs = buffer_specs(program)
 
@@ -208,12 +208,14 @@ def _pick(pool, spec: TensorSpec, own: set[str], as_output: bool) -> str | None:
     return pool.pop(index)[0]
 
 
-def _refs(value):
+def buffer_refs(value):
+    """Every `BufferRef` in `value`: an extern call's (args, kwargs) or a program's outputs, nested in lists,
+    tuples and dicts."""
     if isinstance(value, BufferRef):
         yield value
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _refs(item)
+            yield from buffer_refs(item)
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _refs(item)
+            yield from buffer_refs(item)

@@ -29,7 +29,7 @@ import sympy
 
 from . import vocabulary
 from .program import (
-    Alloc, BufferRef, Compute, Const, ExternCall, Free, IndexValue, Kernel, KernelCall, Load, Program, Reduce,
+    Alloc, Compute, Const, ExternCall, Free, IndexValue, Kernel, KernelCall, Load, Program, Reduce,
     Store,
 )
 from . import in_place, memory
@@ -189,7 +189,7 @@ def _check_steps(program: Program) -> None:
     defined = {i.name for i in program.inputs} | set(program.constants)
     allocated: set[str] = set()
     specs = memory.buffer_specs(program)
-    outputs = {ref.name for ref in _buffer_refs(program.outputs)}
+    outputs = {ref.name for ref in memory.buffer_refs(program.outputs)}
 
     def read(name: str, where: str):
         if name not in defined:
@@ -227,7 +227,7 @@ def _check_steps(program: Program) -> None:
                     fail(f"{where} {kernel.name} writes {name!r}, which was never allocated")
             defined.update(kernel.outputs)
         elif isinstance(step, ExternCall):
-            for ref in _buffer_refs((step.args, step.kwargs)):
+            for ref in memory.buffer_refs((step.args, step.kwargs)):
                 read(ref.name, f"{where} {step.target}")
             defined.update(o for o in step.outputs if o is not None)
         elif isinstance(step, Free):
@@ -236,7 +236,7 @@ def _check_steps(program: Program) -> None:
             allocated.discard(step.buffer)
         else:
             fail(f"{where}: unknown step {step!r}")
-    for ref in _buffer_refs(program.outputs):
+    for ref in memory.buffer_refs(program.outputs):
         read(ref.name, "the program's outputs")
 
 
@@ -275,14 +275,3 @@ def _check_in_place(program: Program, position: int, where: str, fail, specs, un
     reason = in_place.refusal(kernel, buffer, program.size_hints)
     if reason is not None:
         fail(f"{where}: {kernel.name} cannot write {buffer!r} in place of {donor!r}: {reason}")
-
-
-def _buffer_refs(value):
-    if isinstance(value, BufferRef):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _buffer_refs(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _buffer_refs(item)

@@ -168,6 +168,18 @@ class FuseAllServer(LanguageServer):
         }
 
 
+async def _compile_named_file(ls: FuseAllServer, arguments: tuple, profile: bool) -> dict[str, Any]:
+    """The compile (or profile) command on the file whose URI is the command's first argument."""
+    uri = arguments[0] if arguments and isinstance(arguments[0], str) else None
+    if uri is None or to_fs_path(uri) is None:
+        action = "profile" if profile else "compile"
+        ls.window_show_message(
+            types.ShowMessageParams(type=types.MessageType.Error, message=f"{SOURCE}: no file to {action}")
+        )
+        return {"ok": False, "error": "no file given"}
+    return await compile_file_command(ls, uri, profile=profile)
+
+
 def create_server(artifact_dir: str | None = None, python: str | None = None) -> FuseAllServer:
     """The server; `artifact_dir` and `python` are defaults that the client's settings override."""
     server = FuseAllServer(artifact_dir, python)
@@ -241,23 +253,11 @@ def create_server(artifact_dir: str | None = None, python: str | None = None) ->
 
     @server.command(COMPILE_FILE)
     async def compile_file(ls: FuseAllServer, *arguments: Any) -> dict[str, Any]:
-        uri = arguments[0] if arguments and isinstance(arguments[0], str) else None
-        if uri is None or to_fs_path(uri) is None:
-            ls.window_show_message(
-                types.ShowMessageParams(type=types.MessageType.Error, message=f"{SOURCE}: no file to compile")
-            )
-            return {"ok": False, "error": "no file given"}
-        return await compile_file_command(ls, uri)
+        return await _compile_named_file(ls, arguments, profile=False)
 
     @server.command(PROFILE_FILE)
     async def profile_file(ls: FuseAllServer, *arguments: Any) -> dict[str, Any]:
-        uri = arguments[0] if arguments and isinstance(arguments[0], str) else None
-        if uri is None or to_fs_path(uri) is None:
-            ls.window_show_message(
-                types.ShowMessageParams(type=types.MessageType.Error, message=f"{SOURCE}: no file to profile")
-            )
-            return {"ok": False, "error": "no file given"}
-        return await compile_file_command(ls, uri, profile=True)
+        return await _compile_named_file(ls, arguments, profile=True)
 
     @server.command(SHOW_FUSION)
     async def show_fusion(ls: FuseAllServer, *arguments: Any) -> bool:
