@@ -128,6 +128,48 @@ def direct_launch(runner):
     return runner.launch, (runner.launch_cooperative_grid, runner.launch_pdl, None, None)
 
 
+def launcher_param_count(runner) -> int | None:
+    """How many kernel parameters (constexprs included) Triton's launcher `runner` itself takes, read from the
+    launcher, not from what we asked Triton to compile: the check that a compiled variant and the argument list
+    our launch passes belong together (runtime.TritonKernel.compiled). None when it cannot tell.
+
+    3.6 builds one C launcher per signature, ``launch(gx, gy, gz, stream, function, cooperative, pdl,
+    global_scratch, profile_scratch, metadata, launch_metadata, enter, exit, *params)``, parsed with one
+    PyArg_ParseTuple: called with no argument it fails before doing anything (its only earlier step makes a
+    CUDA context current if none is) with "function takes exactly N arguments (0 given)". 3.8's launcher is
+    generic, driven by one annotation per parameter (`arg_annotations`)."""
+    import re
+
+    annotations = getattr(runner, "arg_annotations", None)
+    if annotations is not None:
+        try:   # 3.8 appends its sanitizer's pointer itself when that is on
+            return len(annotations) - bool(getattr(runner, "gsan_enabled", False))
+        except TypeError:
+            return None
+    launch = getattr(runner, "launch", None)
+    if type(runner).__name__ != "CudaLauncher" or launch is None:
+        return None
+    try:
+        from triton.backends.nvidia import driver as nvidia_driver
+        fixed = nvidia_driver._BASE_ARGS_FORMAT_LEN
+    except (ImportError, AttributeError):
+        return None
+    try:
+        launch()
+    except TypeError as error:
+        taken = re.search(r"takes exactly (\d+) arguments? \(0 given\)", str(error))
+        return int(taken.group(1)) - fixed if taken else None
+    except Exception:  # noqa: BLE001 - only a check: no answer rather than a failed compile
+        return None
+    return None
+
+
+def launcher_file(runner) -> str | None:
+    """The file of the C module behind Triton 3.6's per-signature launcher (for error reports)."""
+    module = getattr(getattr(runner, "launch", None), "__self__", None)
+    return getattr(module, "__file__", None)
+
+
 def launch_hooks():
     """Triton's profiler hooks, or (None, None) when none is installed: both versions keep an empty
     `HookChain` there, and passing None skips two Python calls per launch (Inductor does the same)."""
@@ -217,6 +259,7 @@ def pointer_type(dtype: str) -> str:
 
 
 __all__ = ["tl", "libdevice", "interpret_mode", "compile_kernel", "load_compiled", "launch_hooks",
+           "launcher_param_count", "launcher_file",
            "stream_getter", "current_device_getter", "cache_dir", "secure_cache_dir", "warm_driver",
            "warm_compile_key",
            "TRITON_VERSION"]
