@@ -188,3 +188,67 @@ def test_launcher_param_count_reads_triton_36s_c_launcher(monkeypatch):
             raise TypeError(f"function takes exactly 16 arguments ({len(args)} given)")
     assert compat.launcher_param_count(CudaLauncher()) == 3
     assert compat.launcher_param_count(lambda *a: None) is None
+
+
+_LAUNCHER_C = """
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+static PyObject* launch(PyObject* self, PyObject* args) {
+  PyObject *o[%(n)d];
+  if (!PyArg_ParseTuple(args, "%(format)s", %(refs)s)) return NULL;
+  return PyLong_FromLong(%(n)d);
+}
+static PyMethodDef ModuleMethods[] = {{"launch", launch, METH_VARARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef ModuleDef = {PyModuleDef_HEAD_INIT, "__triton_launcher", NULL, -1, ModuleMethods};
+PyMODINIT_FUNC PyInit___triton_launcher(void) { return PyModule_Create(&ModuleDef); }
+"""
+
+
+def _build_launcher(folder, n_args):
+    """A C module shaped like Triton 3.6's per-signature launcher: `launch` parses exactly n_args objects."""
+    from triton.runtime.build import _build, _load_module_from_path
+    folder.mkdir()
+    source = folder / "__triton_launcher.c"
+    source.write_text(_LAUNCHER_C % {"n": n_args, "format": "O" * n_args,
+                                     "refs": ", ".join(f"&o[{i}]" for i in range(n_args))})
+    path = _build("__triton_launcher", str(source), str(folder), [], [], [], [])
+    return path, _load_module_from_path("__triton_launcher", path)
+
+
+def test_a_launcher_module_that_is_not_its_files_is_reloaded_from_a_copy(two_kernels, tmp_path, monkeypatch,
+                                                                         caplog):
+    """The lower layer: CPython asked to load the launcher file of this kernel, and the module it got runs
+    another library's `launch` (what glibc's dlopen does when the file's (device, inode) is that of a library
+    it loaded before). The arity probe sees it on the real C launcher; the launcher is loaded again from a
+    copy of its file, and then fits, with the error logged."""
+    import shutil
+
+    if shutil.which("gcc") is None and shutil.which("clang") is None:
+        pytest.fail("no C compiler to build the launcher modules with")
+    import triton.backends.nvidia.driver as nvidia_driver
+
+    from fuse_all_codegen_triton import runtime
+    from fuse_all_codegen_triton.compiler import Compiled, VariantKey
+    monkeypatch.setattr(nvidia_driver, "_BASE_ARGS_FORMAT_LEN", 13, raising=False)
+    mine, _ = two_kernels
+    n = mine._n_params(0)
+    right_path, _ = _build_launcher(tmp_path / "right", 13 + n)
+    _, wrong_module = _build_launcher(tmp_path / "wrong", 13 + 3)
+    wrong_module.__file__ = right_path          # asked for the right file, got the other library's code
+
+    class CudaLauncher:                          # Triton 3.6's launcher class, by name
+        launch = wrong_module.launch
+    runner = CudaLauncher()
+    from fuse_all_codegen_triton import _triton_compat as compat
+    assert compat.launcher_param_count(runner) == 3
+    kernel = SimpleNamespace(src=SimpleNamespace(fn=mine._fn_for(False), signature=[None] * n))
+    key = VariantKey(0, False, True, False)
+    mine._futures[key] = SimpleNamespace(result=lambda: Compiled(kernel, runner, "FUNC", "META"))
+    monkeypatch.setattr(runtime, "compile_variant", lambda *a: pytest.fail("the reloaded launcher fits"))
+    with caplog.at_level(logging.ERROR, logger=runtime.__name__):
+        got = mine.compiled(key)
+    assert got.runner is runner and compat.launcher_param_count(runner) == n
+    assert runner.launch(*range(13 + n)) == 13 + n
+    messages = [r.message for r in caplog.records if r.levelno == logging.ERROR]
+    assert any("launcher takes 3 parameters" in m and "inode" in m for m in messages)
+    assert any("loaded again from a copy" in m and "fits" in m for m in messages)

@@ -165,9 +165,51 @@ def launcher_param_count(runner) -> int | None:
 
 
 def launcher_file(runner) -> str | None:
-    """The file of the C module behind Triton 3.6's per-signature launcher (for error reports)."""
+    """The file of the C module behind Triton 3.6's per-signature launcher (for error reports). What was asked
+    for: CPython sets `__file__` from the path it was given, whatever library the dynamic loader returned."""
+    if hasattr(runner, "arg_annotations"):      # 3.8: one generic launcher for every kernel
+        return None
     module = getattr(getattr(runner, "launch", None), "__self__", None)
     return getattr(module, "__file__", None)
+
+
+def describe_launcher(runner) -> str:
+    """The launcher's module file and its (device, inode): glibc's dlopen returns an already loaded library
+    for a file with the same (device, inode) as one it loaded, whatever the path (a file system that does
+    not keep inode numbers unique, such as a multi-layer overlay without xino, can reuse them)."""
+    path = launcher_file(runner)
+    if path is None:
+        return "no per-kernel launcher module"
+    try:
+        st = os.stat(path)
+        return f"{path} (device {st.st_dev}, inode {st.st_ino})"
+    except OSError as error:
+        return f"{path} ({error})"
+
+
+def reload_launcher(runner) -> bool:
+    """Load Triton 3.6's per-signature launcher again from a private copy of its file (a new inode, a new
+    path) and use it. For a launcher module whose arity is not its file's: a copy cannot be mistaken for
+    a library already loaded. False when not applicable or the load fails."""
+    import shutil
+    import sysconfig
+    import tempfile
+
+    path = launcher_file(runner)
+    if path is None or type(runner).__name__ != "CudaLauncher" or not os.path.isfile(path):
+        return False
+    try:
+        from triton.runtime.build import _load_module_from_path
+
+        from fuse_all_ir import private_dir
+        folder = tempfile.mkdtemp(prefix="launcher_", dir=private_dir("triton", "launchers"))
+        name = "__triton_launcher"
+        copy = os.path.join(folder, name + sysconfig.get_config_var("EXT_SUFFIX"))
+        shutil.copyfile(path, copy)
+        runner.launch = _load_module_from_path(name, copy).launch
+        return True
+    except Exception:  # noqa: BLE001 - a repair attempt; the caller checks again and compiles again
+        return False
 
 
 def launch_hooks():
@@ -259,7 +301,7 @@ def pointer_type(dtype: str) -> str:
 
 
 __all__ = ["tl", "libdevice", "interpret_mode", "compile_kernel", "load_compiled", "launch_hooks",
-           "launcher_param_count", "launcher_file",
+           "launcher_param_count", "launcher_file", "describe_launcher", "reload_launcher",
            "stream_getter", "current_device_getter", "cache_dir", "secure_cache_dir", "warm_driver",
            "warm_compile_key",
            "TRITON_VERSION"]

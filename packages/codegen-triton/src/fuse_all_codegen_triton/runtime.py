@@ -105,8 +105,8 @@ class TritonKernel:
             return f"compiled for {len(signature)} parameters ({', '.join(signature)}); the launch passes {n}"
         taken = compat.launcher_param_count(compiled.runner)
         if taken is not None and taken != n:
-            return (f"Triton's launcher takes {taken} parameters (module {compat.launcher_file(compiled.runner)}); "
-                    f"the launch passes {n}")
+            return (f"Triton's launcher takes {taken} parameters (its module: "
+                    f"{compat.describe_launcher(compiled.runner)}); the launch passes {n}")
         return None
 
     def _fitting(self, key: VariantKey, compiled, device_index: int):
@@ -117,8 +117,15 @@ class TritonKernel:
         if problem is None:
             return compiled
         self.launch_mismatches.append(problem)
-        log.error("fuse-all: %s: compiled variant %s does not fit this kernel's launch: %s; compiling it again "
-                  "for this kernel alone (Triton %s)", self.name, tuple(key), problem, compat.TRITON_VERSION)
+        log.error("fuse-all: %s: compiled variant %s does not fit this kernel's launch: %s (Triton %s)",
+                  self.name, tuple(key), problem, compat.TRITON_VERSION)
+        if problem.startswith("Triton's launcher") and compat.reload_launcher(compiled.runner):
+            problem = self.pairing_problem(key, compiled)
+            log.error("fuse-all: %s: its launcher loaded again from a copy of its file %s", self.name,
+                      "fits: the loader had returned another library" if problem is None else f"still not: {problem}")
+            if problem is None:
+                return compiled
+        log.error("fuse-all: %s: compiling variant %s again for this kernel alone", self.name, tuple(key))
         again = compile_variant(self._fn_for(key.int64), self.spec, key, device_index)
         problem = self.pairing_problem(key, again)
         if problem is not None:
