@@ -252,3 +252,26 @@ def test_a_launcher_module_that_is_not_its_files_is_reloaded_from_a_copy(two_ker
     messages = [r.message for r in caplog.records if r.levelno == logging.ERROR]
     assert any("launcher takes 3 parameters" in m and "inode" in m for m in messages)
     assert any("loaded again from a copy" in m and "fits" in m for m in messages)
+
+
+def test_the_library_a_launcher_really_comes_from(tmp_path, monkeypatch):
+    """`dladdr` of the launcher's method table names the library its code is in: its own file normally,
+    another one when the loader handed that out (here: a module pointed at the wrong file), even when both
+    take the same number of arguments (no TypeError, the wrong code)."""
+    import shutil
+
+    if shutil.which("gcc") is None and shutil.which("clang") is None:
+        pytest.fail("no C compiler to build the launcher modules with")
+    from fuse_all_codegen_triton import _triton_compat as compat
+    path_a, module_a = _build_launcher(tmp_path / "a", 16)
+    path_b, module_b = _build_launcher(tmp_path / "b", 16)
+
+    class CudaLauncher:
+        launch = module_a.launch
+    runner = CudaLauncher()
+    assert compat.launcher_library(runner) == path_a
+    assert compat.launcher_library_mismatch(runner) is None
+    module_b.__file__ = path_a
+    runner.launch = module_b.launch
+    assert compat.launcher_library(runner) == path_b
+    assert path_b in compat.launcher_library_mismatch(runner)

@@ -158,6 +158,19 @@ def test_no_two_triton_launcher_files_share_a_device_and_inode():
         other = seen.setdefault((st.st_dev, st.st_ino), path)
         if other != path and other.read_bytes() != path.read_bytes():
             clashes.append((other, path, st.st_dev, st.st_ino))
-    assert not clashes, f"launcher files sharing a file id: {clashes}"
+    assert not clashes, f"launcher files sharing a file id on {_file_system(root)}: {clashes}"
     if compat.TRITON_VERSION.startswith("3.6."):
         assert files, f"Triton 3.6 builds one launcher file per signature; none under {root}"
+
+
+def _file_system(path: Path) -> str:
+    """The mount holding `path` (/proc/mounts: the longest mount point above it), for the failure message."""
+    best = ("?", "?", "?")
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            device, point, kind, options = (line.split() + ["", "", "", ""])[:4]
+            if str(path.resolve()).startswith(point.rstrip("/") + "/") and len(point) >= len(best[1]):
+                best = (kind, point, options)
+    except OSError:
+        pass
+    return f"{best[0]} mounted at {best[1]} ({best[2]})"

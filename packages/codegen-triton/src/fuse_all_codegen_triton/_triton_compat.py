@@ -173,6 +173,47 @@ def launcher_file(runner) -> str | None:
     return getattr(module, "__file__", None)
 
 
+def launcher_library(runner) -> str | None:
+    """The shared library the 3.6 launcher's C code really lives in (`dladdr` of its method table, which the
+    builtin function points to), or None when it cannot tell. Differs from `launcher_file` exactly when the
+    dynamic loader handed out another, already loaded library for the launcher's file."""
+    import ctypes
+    import sys
+    import sysconfig
+
+    launch = getattr(runner, "launch", None)
+    if (launcher_file(runner) is None or type(launch).__name__ != "builtin_function_or_method"
+            or sys.implementation.name != "cpython" or sysconfig.get_config_var("Py_GIL_DISABLED")
+            or not sys.platform.startswith("linux")):
+        return None
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+    try:
+        # PyCFunctionObject: PyObject_HEAD, then `PyMethodDef *m_ml` (CPython 3.8-3.14 with the GIL)
+        method_def = ctypes.c_void_p.from_address(id(launch) + object.__basicsize__).value
+        info = DlInfo()
+        libc = ctypes.CDLL(None)
+        libc.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
+        if not method_def or not libc.dladdr(ctypes.c_void_p(method_def), ctypes.byref(info)) or not info.dli_fname:
+            return None
+        return os.fsdecode(info.dli_fname)
+    except (OSError, AttributeError, ValueError):
+        return None
+
+
+def launcher_library_mismatch(runner) -> str | None:
+    """Why the launcher's C code is not from its own file, or None (also when it cannot tell)."""
+    library, path = launcher_library(runner), launcher_file(runner)
+    if library is None or path is None:
+        return None
+    # by path, not os.path.samefile: the loader mixes files up exactly when they share a (device, inode)
+    if os.path.realpath(library) == os.path.realpath(path):
+        return None
+    return f"its C code is in {library}, not in its module's file {describe_launcher(runner)}"
+
+
 def describe_launcher(runner) -> str:
     """The launcher's module file and its (device, inode): glibc's dlopen returns an already loaded library
     for a file with the same (device, inode) as one it loaded, whatever the path (a file system that does
@@ -302,6 +343,7 @@ def pointer_type(dtype: str) -> str:
 
 __all__ = ["tl", "libdevice", "interpret_mode", "compile_kernel", "load_compiled", "launch_hooks",
            "launcher_param_count", "launcher_file", "describe_launcher", "reload_launcher",
+           "launcher_library", "launcher_library_mismatch",
            "stream_getter", "current_device_getter", "cache_dir", "secure_cache_dir", "warm_driver",
            "warm_compile_key",
            "TRITON_VERSION"]

@@ -107,6 +107,9 @@ class TritonKernel:
         if taken is not None and taken != n:
             return (f"Triton's launcher takes {taken} parameters (its module: "
                     f"{compat.describe_launcher(compiled.runner)}); the launch passes {n}")
+        elsewhere = compat.launcher_library_mismatch(compiled.runner)
+        if elsewhere is not None:      # another library's launcher of the same arity: no error, wrong code
+            return f"Triton's launcher: {elsewhere}"
         return None
 
     def _fitting(self, key: VariantKey, compiled, device_index: int):
