@@ -11,6 +11,13 @@ Host programs call `run_on(stream, ...)` instead: the program checked once per c
 current and read the current stream (`raw_stream`), so per launch that is one Python frame, one
 `data_ptr()` per tensor and the C launch (`run` adds a device check and a stream lookup).
 
+Every compiled variant is checked once, before its first launch, to belong to its kernel's launch
+(`pairing_problem`): compiled from this kernel's JIT function, one parameter per argument passed, and
+Triton's loaded launcher itself taking that many, with its C code from its own file. A variant that does not
+fit is logged as an error and repaired (launcher reloaded from a copy, or compiled again for this kernel
+alone); a launch Triton still refuses moves the kernel to Triton's own launcher, logged, never a crash of
+the user's program on our account.
+
 The first call also picks the config (autotuning: `autotune.py`). Under `TRITON_INTERPRET=1` kernels run
 through Triton's interpreter with the heuristic config.
 """
