@@ -198,18 +198,18 @@ static PyObject* launch(PyObject* self, PyObject* args) {
   if (!PyArg_ParseTuple(args, "%(format)s", %(refs)s)) return NULL;
   return PyLong_FromLong(%(n)d);
 }
-static PyMethodDef ModuleMethods[] = {{"launch", launch, METH_VARARGS, ""}, {NULL, NULL, 0, NULL}};
+static PyMethodDef ModuleMethods[] = {{"launch", launch, METH_VARARGS, "%(tag)s"}, {NULL, NULL, 0, NULL}};
 static struct PyModuleDef ModuleDef = {PyModuleDef_HEAD_INIT, "__triton_launcher", NULL, -1, ModuleMethods};
 PyMODINIT_FUNC PyInit___triton_launcher(void) { return PyModule_Create(&ModuleDef); }
 """
 
 
-def _build_launcher(folder, n_args):
+def _build_launcher(folder, n_args, tag=""):
     """A C module shaped like Triton 3.6's per-signature launcher: `launch` parses exactly n_args objects."""
     from triton.runtime.build import _build, _load_module_from_path
     folder.mkdir()
     source = folder / "__triton_launcher.c"
-    source.write_text(_LAUNCHER_C % {"n": n_args, "format": "O" * n_args,
+    source.write_text(_LAUNCHER_C % {"n": n_args, "format": "O" * n_args, "tag": tag,
                                      "refs": ", ".join(f"&o[{i}]" for i in range(n_args))})
     path = _build("__triton_launcher", str(source), str(folder), [], [], [], [])
     return path, _load_module_from_path("__triton_launcher", path)
@@ -264,7 +264,7 @@ def test_the_library_a_launcher_really_comes_from(tmp_path, monkeypatch):
         pytest.fail("no C compiler to build the launcher modules with")
     from fuse_all_codegen_triton import _triton_compat as compat
     path_a, module_a = _build_launcher(tmp_path / "a", 16)
-    path_b, module_b = _build_launcher(tmp_path / "b", 16)
+    path_b, module_b = _build_launcher(tmp_path / "b", 16, tag="another signature")
 
     class CudaLauncher:
         launch = module_a.launch
@@ -275,3 +275,9 @@ def test_the_library_a_launcher_really_comes_from(tmp_path, monkeypatch):
     runner.launch = module_b.launch
     assert compat.launcher_library(runner) == path_b
     assert path_b in compat.launcher_library_mismatch(runner)
+    # the same launcher bytes under another path (a copied cache): the same code, not a mix-up
+    path_c, module_c = _build_launcher(tmp_path / "c", 16)
+    if open(path_c, "rb").read() == open(path_a, "rb").read():
+        module_c.__file__ = path_a
+        runner.launch = module_c.launch
+        assert compat.launcher_library(runner) == path_c and compat.launcher_library_mismatch(runner) is None

@@ -211,6 +211,12 @@ def launcher_library_mismatch(runner) -> str | None:
     # by path, not os.path.samefile: the loader mixes files up exactly when they share a (device, inode)
     if os.path.realpath(library) == os.path.realpath(path):
         return None
+    try:        # the same launcher reached by two paths (a copied or hard-linked cache): the same code
+        with open(library, "rb") as a, open(path, "rb") as b:
+            if a.read() == b.read():
+                return None
+    except OSError:
+        pass
     return f"its C code is in {library}, not in its module's file {describe_launcher(runner)}"
 
 
