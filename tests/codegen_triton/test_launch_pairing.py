@@ -215,69 +215,93 @@ def _build_launcher(folder, n_args, tag=""):
     return path, _load_module_from_path("__triton_launcher", path)
 
 
-def test_a_launcher_module_that_is_not_its_files_is_reloaded_from_a_copy(two_kernels, tmp_path, monkeypatch,
-                                                                         caplog):
-    """The lower layer: CPython asked to load the launcher file of this kernel, and the module it got runs
-    another library's `launch` (what glibc's dlopen does when the file's (device, inode) is that of a library
-    it loaded before). The arity probe sees it on the real C launcher; the launcher is loaded again from a
-    copy of its file, and then fits, with the error logged."""
+def _needs_c_compiler():
     import shutil
-
     if shutil.which("gcc") is None and shutil.which("clang") is None:
         pytest.fail("no C compiler to build the launcher modules with")
-    import triton.backends.nvidia.driver as nvidia_driver
 
-    from fuse_all_codegen_triton import runtime
-    from fuse_all_codegen_triton.compiler import Compiled, VariantKey
-    monkeypatch.setattr(nvidia_driver, "_BASE_ARGS_FORMAT_LEN", 13, raising=False)
-    mine, _ = two_kernels
-    n = mine._n_params(0)
-    right_path, _ = _build_launcher(tmp_path / "right", 13 + n)
-    _, wrong_module = _build_launcher(tmp_path / "wrong", 13 + 3)
-    wrong_module.__file__ = right_path          # asked for the right file, got the other library's code
 
-    class CudaLauncher:                          # Triton 3.6's launcher class, by name
-        launch = wrong_module.launch
-    runner = CudaLauncher()
+def _unguarded_loader():
+    from triton.runtime import build
+    load = build._load_module_from_path
+    return getattr(load, "__wrapped__", load)
+
+
+def test_cpython_hands_one_module_object_to_every_launcher_loaded_again(tmp_path):
+    """The root cause, deterministically, on this machine's CPython: launcher files named alike and
+    loaded a second time in a process all come back as the one `sys.modules["__triton_launcher"]` object,
+    its dict rewritten by each load. Reading `.launch` after another load (what Triton 3.6's CudaLauncher
+    does, while our other compile threads load launchers) gives the other signature's launcher: here a
+    12-parameter kernel ends with a 3-parameter launcher, the H200's "takes exactly 16 arguments (25 given)"."""
+    _needs_c_compiler()
+    load = _unguarded_loader()
+    path_3, _ = _build_launcher(tmp_path / "three", 13 + 3, tag="3 params")
+    path_12, _ = _build_launcher(tmp_path / "twelve", 13 + 12, tag="12 params")
+    mine = load("__triton_launcher", path_12)          # loaded again: CPython's cached module
+    assert mine.launch.__doc__ == "12 params"
+    load("__triton_launcher", path_3)                  # another compile thread, before `mine.launch` is read
+    assert mine.launch.__doc__ == "3 params"
+    with pytest.raises(TypeError, match=r"takes exactly 16 arguments \(25 given\)"):
+        mine.launch(*range(25))
+
+
+def test_guarded_loads_keep_each_launcher_its_own(tmp_path):
+    """`guard_launcher_loads`: each load hands out a private copy, made under a lock, that later loads do
+    not rewrite; sequentially and from racing threads."""
+    import threading
+
     from fuse_all_codegen_triton import _triton_compat as compat
-    assert compat.launcher_param_count(runner) == 3
-    kernel = SimpleNamespace(src=SimpleNamespace(fn=mine._fn_for(False), signature=[None] * n))
-    key = VariantKey(0, False, True, False)
-    mine._futures[key] = SimpleNamespace(result=lambda: Compiled(kernel, runner, "FUNC", "META"))
-    monkeypatch.setattr(runtime, "compile_variant", lambda *a: pytest.fail("the reloaded launcher fits"))
-    with caplog.at_level(logging.ERROR, logger=runtime.__name__):
-        got = mine.compiled(key)
-    assert got.runner is runner and compat.launcher_param_count(runner) == n
-    assert runner.launch(*range(13 + n)) == 13 + n
-    messages = [r.message for r in caplog.records if r.levelno == logging.ERROR]
-    assert any("launcher takes 3 parameters" in m and "inode" in m for m in messages)
-    assert any("loaded again from a copy" in m and "fits" in m for m in messages)
+    from triton.runtime import build
+    _needs_c_compiler()
+    assert compat.guard_launcher_loads() and compat.guard_launcher_loads()       # idempotent
+    load = build._load_module_from_path
+    assert load.fuse_all_private_copy and load.__wrapped__ is _unguarded_loader()
+    paths = {n: _build_launcher(tmp_path / f"n{n}", 13 + n, tag=f"{n} params")[0] for n in (3, 5, 12)}
+    mine = load("__triton_launcher", paths[12])
+    load("__triton_launcher", paths[3])
+    assert mine.launch.__doc__ == "12 params"
+    with pytest.raises(TypeError, match=r"takes exactly 25 arguments \(0 given\)"):
+        mine.launch()
+    wrong = []
+
+    def hammer(n):
+        for _ in range(200):
+            module = load("__triton_launcher", paths[n])
+            if module.launch.__doc__ != f"{n} params":
+                wrong.append((n, module.launch.__doc__))
+    threads = [threading.Thread(target=hammer, args=(n,)) for n in paths]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
 
 
-def test_the_library_a_launcher_really_comes_from(tmp_path, monkeypatch):
-    """`dladdr` of the launcher's method table names the library its code is in: its own file normally,
-    another one when the loader handed that out (here: a module pointed at the wrong file), even when both
-    take the same number of arguments (no TypeError, the wrong code)."""
-    import shutil
-
-    if shutil.which("gcc") is None and shutil.which("clang") is None:
-        pytest.fail("no C compiler to build the launcher modules with")
+def test_load_compiled_and_the_compile_pool_install_the_guard(monkeypatch):
     from fuse_all_codegen_triton import _triton_compat as compat
-    path_a, module_a = _build_launcher(tmp_path / "a", 16)
-    path_b, module_b = _build_launcher(tmp_path / "b", 16, tag="another signature")
+    from triton.runtime import build
+    original = _unguarded_loader()
+    monkeypatch.setattr(build, "_load_module_from_path", original)
+    calls = []
+    monkeypatch.setattr(compat, "warm_driver", compat.warm_driver)   # restored after the test
+
+    class FakeCompiled:
+        run, function, packed_metadata = "RUN", "FUNC", "META"
+
+        def _init_handles(self):
+            calls.append(getattr(build._load_module_from_path, "fuse_all_private_copy", False))
+    import torch
+    monkeypatch.setattr(torch.cuda, "device", lambda index: __import__("contextlib").nullcontext())
+    assert compat.load_compiled(FakeCompiled(), 0) == ("RUN", "FUNC", "META")
+    assert calls == [True]
+
+
+def test_the_launcher_library_is_read_from_its_code(tmp_path):
+    """Error reports name the library a launcher's C code is in (`dladdr` of its method table)."""
+    from fuse_all_codegen_triton import _triton_compat as compat
+    _needs_c_compiler()
+    path, module = _build_launcher(tmp_path / "a", 16)
 
     class CudaLauncher:
-        launch = module_a.launch
-    runner = CudaLauncher()
-    assert compat.launcher_library(runner) == path_a
-    assert compat.launcher_library_mismatch(runner) is None
-    module_b.__file__ = path_a
-    runner.launch = module_b.launch
-    assert compat.launcher_library(runner) == path_b
-    assert path_b in compat.launcher_library_mismatch(runner)
-    # the same launcher bytes under another path (a copied cache): the same code, not a mix-up
-    path_c, module_c = _build_launcher(tmp_path / "c", 16)
-    if open(path_c, "rb").read() == open(path_a, "rb").read():
-        module_c.__file__ = path_a
-        runner.launch = module_c.launch
-        assert compat.launcher_library(runner) == path_c and compat.launcher_library_mismatch(runner) is None
+        launch = module.launch
+    assert compat.launcher_library(CudaLauncher()) == path

@@ -6,15 +6,15 @@ launcher of the forward graph's 3-parameter kernel (num_batches_tracked += 1) ca
 of its batch-norm statistics kernel. These tests give a kernel another kernel's variant on purpose, at both
 levels where that can happen (the compiled kernel; the launcher module Triton loaded for it), and check the
 program still computes the right values and says what happened; and that in the sequence that failed, every
-launcher Triton loaded takes its kernel's arguments and no two launcher files share a (device, inode), which
-is what makes glibc's dlopen hand one library out for another."""
+launcher Triton loaded takes its kernel's arguments; and the race that caused it, reproduced with Triton's
+own launcher: CPython keeps one module object for every launcher file loaded again under Triton's one
+module name, so a launcher read while another compile thread loads its own is the other's
+(`_triton_compat.guard_launcher_loads`)."""
 from __future__ import annotations
 
 import gc
 import logging
-import os
 from concurrent.futures import Future
-from pathlib import Path
 
 import pytest
 import torch
@@ -139,38 +139,46 @@ def test_every_launcher_of_the_sequence_that_failed_fits_its_kernel():
     assert checked >= 8
 
 
-def test_no_two_triton_launcher_files_share_a_device_and_inode():
-    """glibc's dlopen returns an already loaded library for a file with the same (st_dev, st_ino), whatever
-    its path; CPython then runs that library's module init. Two different launcher files with one file id
-    (possible on file systems that do not keep inode numbers unique, e.g. a multi-layer overlay without
-    xino) make one kernel's launch run another signature's launcher: the H200's TypeError. This checks the
-    machine's Triton cache after the sequence above ran in this process (run it after that test)."""
+def _launcher_path(runner):
     from fuse_all_codegen_triton import _triton_compat as compat
-    from fuse_all_codegen_triton import runtime   # noqa: F401 - the cache folder is set up on first compile
-    root = Path(compat.cache_dir())
-    if not root.is_dir():
-        pytest.fail(f"Triton's cache folder {root} does not exist: nothing compiled in this process?")
-    seen: dict[tuple[int, int], Path] = {}
-    clashes = []
-    files = [p for p in root.glob("*/__triton_launcher*") if p.is_file()]
-    for path in files:
-        st = os.stat(path)
-        other = seen.setdefault((st.st_dev, st.st_ino), path)
-        if other != path and other.read_bytes() != path.read_bytes():
-            clashes.append((other, path, st.st_dev, st.st_ino))
-    assert not clashes, f"launcher files sharing a file id on {_file_system(root)}: {clashes}"
-    if compat.TRITON_VERSION.startswith("3.6."):
-        assert files, f"Triton 3.6 builds one launcher file per signature; none under {root}"
+    path = compat.launcher_library(runner)
+    if path is None:
+        pytest.skip(f"Triton {compat.TRITON_VERSION} has no per-signature launcher modules (3.6 has): "
+                    "the race this test reproduces cannot happen")
+    return path
 
 
-def _file_system(path: Path) -> str:
-    """The mount holding `path` (/proc/mounts: the longest mount point above it), for the failure message."""
-    best = ("?", "?", "?")
-    try:
-        for line in Path("/proc/mounts").read_text().splitlines():
-            device, point, kind, options = (line.split() + ["", "", "", ""])[:4]
-            if str(path.resolve()).startswith(point.rstrip("/") + "/") and len(point) >= len(best[1]):
-                best = (kind, point, options)
-    except OSError:
-        pass
-    return f"{best[0]} mounted at {best[1]} ({best[2]})"
+def test_the_launcher_load_race_with_tritons_own_launcher(tmp_path, monkeypatch):
+    """The H200's failure, deterministically, with Triton's real CudaLauncher: while it builds kernel_1's
+    launcher, another launcher file (kernel_0's) is loaded right after Triton's load returns, as a second
+    compile thread does. Through CPython's shared module object kernel_1 then gets kernel_0's launcher
+    (one parameter fewer: "takes exactly 18 arguments (19 given)"); through `guard_launcher_loads` its own."""
+    from triton.runtime import build
+
+    from fuse_all_codegen_triton import _triton_compat as compat
+    example, module = _two_kernel_module(tmp_path)
+    first, second = module.kernel_0_launcher, module.kernel_1_launcher
+    key = _key(second)
+    other, own = first.compiled(key), second.compiled(key)
+    other_path, own_path = _launcher_path(other.runner), _launcher_path(own.runner)
+    assert other_path != own_path
+    guarded = build._load_module_from_path
+    assert getattr(guarded, "fuse_all_private_copy", False), "compiling did not install the guard"
+    unguarded = guarded.__wrapped__
+    n_own, n_other = second._n_params(0), first._n_params(0)
+
+    def launcher_built_during_a_race(loader):
+        def racing_load(name, path):
+            loaded = loader(name, path)
+            unguarded(name, other_path)      # the other thread's load lands before `mod.launch` is read
+            return loaded
+        monkeypatch.setattr(build, "_load_module_from_path", racing_load)
+        try:
+            return type(own.runner)(own.kernel.src, own.kernel.metadata)
+        finally:
+            monkeypatch.setattr(build, "_load_module_from_path", guarded)
+
+    assert compat.launcher_param_count(launcher_built_during_a_race(unguarded)) == n_other   # the bug
+    rebuilt = launcher_built_during_a_race(guarded)
+    assert compat.launcher_param_count(rebuilt) == n_own                                   # the fix
+    assert compat.launcher_library(rebuilt) == own_path

@@ -108,6 +108,7 @@ def load_compiled(compiled, device_index: int):
     """Load the binary on the device (cubin into the context; on 3.6 also builds the C launcher) and
     return (runner, function, packed_metadata) for `launch`."""
     import torch
+    guard_launcher_loads()
     with torch.cuda.device(device_index):
         compiled._init_handles()
     return compiled.run, compiled.function, compiled.packed_metadata
@@ -164,25 +165,17 @@ def launcher_param_count(runner) -> int | None:
     return None
 
 
-def launcher_file(runner) -> str | None:
-    """The file of the C module behind Triton 3.6's per-signature launcher (for error reports). What was asked
-    for: CPython sets `__file__` from the path it was given, whatever library the dynamic loader returned."""
-    if hasattr(runner, "arg_annotations"):      # 3.8: one generic launcher for every kernel
-        return None
-    module = getattr(getattr(runner, "launch", None), "__self__", None)
-    return getattr(module, "__file__", None)
-
-
 def launcher_library(runner) -> str | None:
-    """The shared library the 3.6 launcher's C code really lives in (`dladdr` of its method table, which the
-    builtin function points to), or None when it cannot tell. Differs from `launcher_file` exactly when the
-    dynamic loader handed out another, already loaded library for the launcher's file."""
+    """The shared library Triton 3.6's per-signature launcher's C code really lives in (`dladdr` of the method
+    table its builtin `launch` points to), for error reports; None when it cannot tell (3.8's generic
+    launcher, other platforms). Not `launch.__self__.__file__`: CPython rewrites that module's dict when
+    another launcher file is loaded again (`guard_launcher_loads`)."""
     import ctypes
     import sys
     import sysconfig
 
     launch = getattr(runner, "launch", None)
-    if (launcher_file(runner) is None or type(launch).__name__ != "builtin_function_or_method"
+    if (hasattr(runner, "arg_annotations") or type(launch).__name__ != "builtin_function_or_method"
             or sys.implementation.name != "cpython" or sysconfig.get_config_var("Py_GIL_DISABLED")
             or not sys.platform.startswith("linux")):
         return None
@@ -201,62 +194,6 @@ def launcher_library(runner) -> str | None:
         return os.fsdecode(info.dli_fname)
     except (OSError, AttributeError, ValueError):
         return None
-
-
-def launcher_library_mismatch(runner) -> str | None:
-    """Why the launcher's C code is not from its own file, or None (also when it cannot tell)."""
-    library, path = launcher_library(runner), launcher_file(runner)
-    if library is None or path is None:
-        return None
-    # by path, not os.path.samefile: the loader mixes files up exactly when they share a (device, inode)
-    if os.path.realpath(library) == os.path.realpath(path):
-        return None
-    try:        # the same launcher reached by two paths (a copied or hard-linked cache): the same code
-        with open(library, "rb") as a, open(path, "rb") as b:
-            if a.read() == b.read():
-                return None
-    except OSError:
-        pass
-    return f"its C code is in {library}, not in its module's file {describe_launcher(runner)}"
-
-
-def describe_launcher(runner) -> str:
-    """The launcher's module file and its (device, inode): glibc's dlopen returns an already loaded library
-    for a file with the same (device, inode) as one it loaded, whatever the path (a file system that does
-    not keep inode numbers unique, such as a multi-layer overlay without xino, can reuse them)."""
-    path = launcher_file(runner)
-    if path is None:
-        return "no per-kernel launcher module"
-    try:
-        st = os.stat(path)
-        return f"{path} (device {st.st_dev}, inode {st.st_ino})"
-    except OSError as error:
-        return f"{path} ({error})"
-
-
-def reload_launcher(runner) -> bool:
-    """Load Triton 3.6's per-signature launcher again from a private copy of its file (a new inode, a new
-    path) and use it. For a launcher module whose arity is not its file's: a copy cannot be mistaken for
-    a library already loaded. False when not applicable or the load fails."""
-    import shutil
-    import sysconfig
-    import tempfile
-
-    path = launcher_file(runner)
-    if path is None or type(runner).__name__ != "CudaLauncher" or not os.path.isfile(path):
-        return False
-    try:
-        from triton.runtime.build import _load_module_from_path
-
-        from fuse_all_ir import private_dir
-        folder = tempfile.mkdtemp(prefix="launcher_", dir=private_dir("triton", "launchers"))
-        name = "__triton_launcher"
-        copy = os.path.join(folder, name + sysconfig.get_config_var("EXT_SUFFIX"))
-        shutil.copyfile(path, copy)
-        runner.launch = _load_module_from_path(name, copy).launch
-        return True
-    except Exception:  # noqa: BLE001 - a repair attempt; the caller checks again and compiles again
-        return False
 
 
 def launch_hooks():
@@ -331,9 +268,49 @@ def _set_triton_cache_dir(path: str) -> None:
 
 
 def warm_driver() -> None:
-    """Initialise Triton's driver once on the calling thread: its lazy set-up is not thread-safe."""
+    """Initialise Triton's driver once on the calling thread: its lazy set-up is not thread-safe. Also
+    makes Triton's loading of its C modules safe for our compile threads (`guard_launcher_loads`)."""
     from triton.runtime import driver
+    guard_launcher_loads()
     driver.active.get_current_target()
+
+
+def guard_launcher_loads() -> bool:
+    """Every Triton launcher module is named `__triton_launcher` (3.6 builds one per signature), and CPython
+    keeps one module object per name for single-phase C modules: loading a launcher file CPython loaded
+    before returns `sys.modules["__triton_launcher"]`, whatever launcher that is, with its dict overwritten
+    by this launcher's functions (3.11-3.13: `import_find_extension` -> `import_add_module` + m_copy
+    update). Triton's CudaLauncher reads `mod.launch` after the load returns; a compile thread that loads
+    another launcher in between (our compile threads load variants in parallel) rewrites that module, and
+    the kernel keeps the other launcher: "function takes exactly 16 arguments (25 given)" on its first
+    launch (the H200, Triton 3.6), or the wrong code when the arities agree. So Triton's loader is wrapped:
+    under one lock it loads, then hands out a private copy of the module, which no later load rewrites.
+    Idempotent; False when Triton has no such loader."""
+    import threading
+    import types
+
+    try:
+        from triton.runtime import build
+    except ImportError:  # pragma: no cover
+        return False
+    load = getattr(build, "_load_module_from_path", None)
+    if load is None:
+        return False
+    if getattr(load, "fuse_all_private_copy", False):
+        return True
+    lock = threading.Lock()
+
+    def load_private_copy(name, path):
+        with lock:
+            shared = load(name, path)
+            private = types.ModuleType(shared.__name__, shared.__doc__)
+            private.__dict__.update(shared.__dict__)
+        return private
+
+    load_private_copy.fuse_all_private_copy = True
+    load_private_copy.__wrapped__ = load
+    build._load_module_from_path = load_private_copy
+    return True
 
 
 def tl_dtype_name(dtype: str) -> str:
@@ -348,8 +325,7 @@ def pointer_type(dtype: str) -> str:
 
 
 __all__ = ["tl", "libdevice", "interpret_mode", "compile_kernel", "load_compiled", "launch_hooks",
-           "launcher_param_count", "launcher_file", "describe_launcher", "reload_launcher",
-           "launcher_library", "launcher_library_mismatch",
+           "launcher_param_count", "launcher_library", "guard_launcher_loads",
            "stream_getter", "current_device_getter", "cache_dir", "secure_cache_dir", "warm_driver",
            "warm_compile_key",
            "TRITON_VERSION"]

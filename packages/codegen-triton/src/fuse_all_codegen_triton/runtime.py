@@ -14,8 +14,7 @@ current and read the current stream (`raw_stream`), so per launch that is one Py
 Every compiled variant is checked once, before its first launch, to belong to its kernel's launch
 (`pairing_problem`): compiled from this kernel's JIT function, one parameter per argument passed, and
 Triton's loaded launcher itself taking that many, with its C code from its own file. A variant that does not
-fit is logged as an error and repaired (launcher reloaded from a copy, or compiled again for this kernel
-alone); a launch Triton still refuses moves the kernel to Triton's own launcher, logged, never a crash of
+fit is logged as an error and compiled again for this kernel alone; a launch Triton still refuses moves the kernel to Triton's own launcher, logged, never a crash of
 the user's program on our account.
 
 The first call also picks the config (autotuning: `autotune.py`). Under `TRITON_INTERPRET=1` kernels run
@@ -112,29 +111,21 @@ class TritonKernel:
             return f"compiled for {len(signature)} parameters ({', '.join(signature)}); the launch passes {n}"
         taken = compat.launcher_param_count(compiled.runner)
         if taken is not None and taken != n:
-            return (f"Triton's launcher takes {taken} parameters (its module: "
-                    f"{compat.describe_launcher(compiled.runner)}); the launch passes {n}")
-        elsewhere = compat.launcher_library_mismatch(compiled.runner)
-        if elsewhere is not None:      # another library's launcher of the same arity: no error, wrong code
-            return f"Triton's launcher: {elsewhere}"
+            return (f"Triton's launcher takes {taken} parameters (its code is in "
+                    f"{compat.launcher_library(compiled.runner)}); the launch passes {n}")
         return None
 
     def _fitting(self, key: VariantKey, compiled, device_index: int):
         """`compiled` if it fits this kernel's launch; otherwise the mismatch is logged as the bug it is and
-        the variant compiled again for this kernel alone (not through the compiles it shares); raises
-        LaunchMismatch if that does not fit either (`_setup` then uses Triton's own launcher)."""
+        the variant compiled again for this kernel alone (not through the compiles it shares; Triton builds
+        a new launcher object, loaded through `guard_launcher_loads`); raises LaunchMismatch if that does not
+        fit either (`_setup` then uses Triton's own launcher)."""
         problem = self.pairing_problem(key, compiled)
         if problem is None:
             return compiled
         self.launch_mismatches.append(problem)
         log.error("fuse-all: %s: compiled variant %s does not fit this kernel's launch: %s (Triton %s)",
                   self.name, tuple(key), problem, compat.TRITON_VERSION)
-        if problem.startswith("Triton's launcher") and compat.reload_launcher(compiled.runner):
-            problem = self.pairing_problem(key, compiled)
-            log.error("fuse-all: %s: its launcher loaded again from a copy of its file %s", self.name,
-                      "fits: the loader had returned another library" if problem is None else f"still not: {problem}")
-            if problem is None:
-                return compiled
         log.error("fuse-all: %s: compiling variant %s again for this kernel alone", self.name, tuple(key))
         again = compile_variant(self._fn_for(key.int64), self.spec, key, device_index)
         problem = self.pairing_problem(key, again)
