@@ -13,9 +13,10 @@ current and read the current stream (`raw_stream`), so per launch that is one Py
 
 Every compiled variant is checked once, before its first launch, to belong to its kernel's launch
 (`pairing_problem`): compiled from this kernel's JIT function, one parameter per argument passed, and
-Triton's loaded launcher itself taking that many, with its C code from its own file. A variant that does not
-fit is logged as an error and compiled again for this kernel alone; a launch Triton still refuses moves the kernel to Triton's own launcher, logged, never a crash of
-the user's program on our account.
+Triton's loaded launcher itself taking that many (Triton 3.6's launchers could be handed another kernel's
+C module: `_triton_compat.guard_launcher_loads`). A variant that does not fit is logged as an error and
+compiled again for this kernel alone; a launch Triton still refuses moves the kernel to Triton's own
+launcher, logged: never a crash of the user's program on our account.
 
 The first call also picks the config (autotuning: `autotune.py`). Under `TRITON_INTERPRET=1` kernels run
 through Triton's interpreter with the heuristic config.
@@ -96,8 +97,8 @@ class TritonKernel:
 
     def pairing_problem(self, key: VariantKey, compiled) -> str | None:
         """Why `compiled` cannot be launched with this kernel's arguments, or None. A launcher of another
-        signature fails every launch with Triton's "function takes exactly N arguments (M given)"; worse, one
-        of the same arity but another kernel would run the wrong code. So the compiled kernel must come from
+        signature fails every launch with Triton's "function takes exactly N arguments (M given)"; another
+        kernel's binary of the same arity would run the wrong code. So the compiled kernel must come from
         this kernel's JIT function, with one parameter per argument we pass, and Triton's launcher itself
         (not only what we asked for) must take that many."""
         expected_fn, n = self._fn_for(key.int64), self._n_params(key.config)
@@ -272,8 +273,8 @@ class TritonKernel:
 
     def _launch_refused(self, error: TypeError, *args):
         """The fast launcher's C launch raised TypeError: Triton parses the whole argument tuple before it
-        launches anything, so nothing ran. A launcher that does not fit its arguments is a bug of ours (or of
-        Triton's caching): logged as an error with what was paired, then this kernel uses Triton's own
+        launches anything, so nothing ran. A launcher that does not fit its arguments is a bug (ours, or a
+        launcher module mixed up on loading: `_triton_compat.guard_launcher_loads`): logged as an error with what was paired, then this kernel uses Triton's own
         `fn[grid](...)` launcher, this call included. An error that launcher raises too is the caller's."""
         taken = compat.launcher_param_count(self._fast_variant.runner)
         problem = (f"Triton's launcher refused the launch ({error}); it takes {taken} parameters, the launch "
