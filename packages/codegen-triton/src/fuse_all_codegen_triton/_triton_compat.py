@@ -108,6 +108,7 @@ def load_compiled(compiled, device_index: int):
     """Load the binary on the device (cubin into the context; on 3.6 also builds the C launcher) and
     return (runner, function, packed_metadata) for `launch`."""
     import torch
+    guard_launcher_loads()
     with torch.cuda.device(device_index):
         compiled._init_handles()
     return compiled.run, compiled.function, compiled.packed_metadata
@@ -126,6 +127,73 @@ def direct_launch(runner):
     if getattr(runner, "global_scratch_size", 1) or getattr(runner, "profile_scratch_size", 1):
         return None
     return runner.launch, (runner.launch_cooperative_grid, runner.launch_pdl, None, None)
+
+
+def launcher_param_count(runner) -> int | None:
+    """How many kernel parameters (constexprs included) Triton's launcher `runner` itself takes, read from the
+    launcher, not from what we asked Triton to compile: the check that a compiled variant and the argument list
+    our launch passes belong together (runtime.TritonKernel.compiled). None when it cannot tell.
+
+    3.6 builds one C launcher per signature, ``launch(gx, gy, gz, stream, function, cooperative, pdl,
+    global_scratch, profile_scratch, metadata, launch_metadata, enter, exit, *params)``, parsed with one
+    PyArg_ParseTuple: called with no argument it fails before doing anything (its only earlier step makes a
+    CUDA context current if none is) with "function takes exactly N arguments (0 given)". 3.8's launcher is
+    generic, driven by one annotation per parameter (`arg_annotations`)."""
+    import re
+
+    annotations = getattr(runner, "arg_annotations", None)
+    if annotations is not None:
+        try:   # 3.8 appends its sanitizer's pointer itself when that is on
+            return len(annotations) - bool(getattr(runner, "gsan_enabled", False))
+        except TypeError:
+            return None
+    launch = getattr(runner, "launch", None)
+    if type(runner).__name__ != "CudaLauncher" or launch is None:
+        return None
+    try:
+        from triton.backends.nvidia import driver as nvidia_driver
+        fixed = nvidia_driver._BASE_ARGS_FORMAT_LEN
+    except (ImportError, AttributeError):
+        return None
+    try:
+        launch()
+    except TypeError as error:
+        taken = re.search(r"takes exactly (\d+) arguments? \(0 given\)", str(error))
+        return int(taken.group(1)) - fixed if taken else None
+    except Exception:  # noqa: BLE001 - only a check: no answer rather than a failed compile
+        return None
+    return None
+
+
+def launcher_library(runner) -> str | None:
+    """The shared library Triton 3.6's per-signature launcher's C code really lives in (`dladdr` of the method
+    table its builtin `launch` points to), for error reports; None when it cannot tell (3.8's generic
+    launcher, other platforms). Not `launch.__self__.__file__`: CPython rewrites that module's dict when
+    another launcher file is loaded again (`guard_launcher_loads`)."""
+    import ctypes
+    import sys
+    import sysconfig
+
+    launch = getattr(runner, "launch", None)
+    if (hasattr(runner, "arg_annotations") or type(launch).__name__ != "builtin_function_or_method"
+            or sys.implementation.name != "cpython" or sysconfig.get_config_var("Py_GIL_DISABLED")
+            or not sys.platform.startswith("linux")):
+        return None
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+    try:
+        # PyCFunctionObject: PyObject_HEAD, then `PyMethodDef *m_ml` (CPython 3.8-3.14 with the GIL)
+        method_def = ctypes.c_void_p.from_address(id(launch) + object.__basicsize__).value
+        info = DlInfo()
+        libc = ctypes.CDLL(None)
+        libc.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
+        if not method_def or not libc.dladdr(ctypes.c_void_p(method_def), ctypes.byref(info)) or not info.dli_fname:
+            return None
+        return os.fsdecode(info.dli_fname)
+    except (OSError, AttributeError, ValueError):
+        return None
 
 
 def launch_hooks():
@@ -200,9 +268,49 @@ def _set_triton_cache_dir(path: str) -> None:
 
 
 def warm_driver() -> None:
-    """Initialise Triton's driver once on the calling thread: its lazy set-up is not thread-safe."""
+    """Initialise Triton's driver once on the calling thread: its lazy set-up is not thread-safe. Also
+    makes Triton's loading of its C modules safe for our compile threads (`guard_launcher_loads`)."""
     from triton.runtime import driver
+    guard_launcher_loads()
     driver.active.get_current_target()
+
+
+def guard_launcher_loads() -> bool:
+    """Every Triton launcher module is named `__triton_launcher` (3.6 builds one per signature), and CPython
+    keeps one module object per name for single-phase C modules: loading a launcher file CPython loaded
+    before returns `sys.modules["__triton_launcher"]`, whatever launcher that is, with its dict overwritten
+    by this launcher's functions (3.11-3.13: `import_find_extension` -> `import_add_module` + m_copy
+    update). Triton's CudaLauncher reads `mod.launch` after the load returns; a compile thread that loads
+    another launcher in between (our compile threads load variants in parallel) rewrites that module, and
+    the kernel keeps the other launcher: "function takes exactly 16 arguments (25 given)" on its first
+    launch (the H200, Triton 3.6), or the wrong code when the arities agree. So Triton's loader is wrapped:
+    under one lock it loads, then hands out a private copy of the module, which no later load rewrites.
+    Idempotent; False when Triton has no such loader."""
+    import threading
+    import types
+
+    try:
+        from triton.runtime import build
+    except ImportError:  # pragma: no cover
+        return False
+    load = getattr(build, "_load_module_from_path", None)
+    if load is None:
+        return False
+    if getattr(load, "fuse_all_private_copy", False):
+        return True
+    lock = threading.Lock()
+
+    def load_private_copy(name, path):
+        with lock:
+            shared = load(name, path)
+            private = types.ModuleType(shared.__name__, shared.__doc__)
+            private.__dict__.update(shared.__dict__)
+        return private
+
+    load_private_copy.fuse_all_private_copy = True
+    load_private_copy.__wrapped__ = load
+    build._load_module_from_path = load_private_copy
+    return True
 
 
 def tl_dtype_name(dtype: str) -> str:
@@ -217,6 +325,7 @@ def pointer_type(dtype: str) -> str:
 
 
 __all__ = ["tl", "libdevice", "interpret_mode", "compile_kernel", "load_compiled", "launch_hooks",
+           "launcher_param_count", "launcher_library", "guard_launcher_loads",
            "stream_getter", "current_device_getter", "cache_dir", "secure_cache_dir", "warm_driver",
            "warm_compile_key",
            "TRITON_VERSION"]

@@ -11,6 +11,13 @@ Host programs call `run_on(stream, ...)` instead: the program checked once per c
 current and read the current stream (`raw_stream`), so per launch that is one Python frame, one
 `data_ptr()` per tensor and the C launch (`run` adds a device check and a stream lookup).
 
+Every compiled variant is checked once, before its first launch, to belong to its kernel's launch
+(`pairing_problem`): compiled from this kernel's JIT function, one parameter per argument passed, and
+Triton's loaded launcher itself taking that many (Triton 3.6's launchers could be handed another kernel's
+C module: `_triton_compat.guard_launcher_loads`). A variant that does not fit is logged as an error and
+compiled again for this kernel alone; a launch Triton still refuses moves the kernel to Triton's own
+launcher, logged: never a crash of the user's program on our account.
+
 The first call also picks the config (autotuning: `autotune.py`). Under `TRITON_INTERPRET=1` kernels run
 through Triton's interpreter with the heuristic config.
 """
@@ -51,6 +58,8 @@ class TritonKernel:
         self._compiled: dict = {}
         self._lock = threading.Lock()
         self.chosen: dict | None = None
+        self.launch_mismatches: list[str] = []   # pairing bugs seen (logged as errors): see pairing_problem
+        self._fast_variant = None                 # the compiled variant the fast launcher calls
         self.timings_ms: list | None = None
         self.run = self._first_run
         self.run_on = self._first_run_on
@@ -75,11 +84,56 @@ class TritonKernel:
         return self._futures[key]
 
     def compiled(self, key: VariantKey):
-        """The compiled variant (waits for the background compile, or compiles now)."""
+        """The compiled variant (waits for the background compile, or compiles now), checked once to belong
+        to this kernel's launch: see `_fitting`."""
         found = self._compiled.get(key)
         if found is None:
-            found = self._compiled[key] = self._submit(key).result()
+            found = self._compiled[key] = self._fitting(key, self._submit(key).result(), self.device_index)
         return found
+
+    def _n_params(self, config_index: int) -> int:
+        """What every launch passes: pointers, size arguments, block constants."""
+        return self.n_ptr + len(self.spec["sizes"]) + len(configs.block_constants(self.configs[config_index]))
+
+    def pairing_problem(self, key: VariantKey, compiled) -> str | None:
+        """Why `compiled` cannot be launched with this kernel's arguments, or None. A launcher of another
+        signature fails every launch with Triton's "function takes exactly N arguments (M given)"; another
+        kernel's binary of the same arity would run the wrong code. So the compiled kernel must come from
+        this kernel's JIT function, with one parameter per argument we pass, and Triton's launcher itself
+        (not only what we asked for) must take that many."""
+        expected_fn, n = self._fn_for(key.int64), self._n_params(key.config)
+        src = getattr(compiled.kernel, "src", None)
+        fn = getattr(src, "fn", None)
+        if fn is not None and fn is not expected_fn:
+            return (f"compiled from JIT function {getattr(fn, '__name__', fn)!s} "
+                    f"(module {getattr(fn, '__module__', '?')}), not {expected_fn.__name__}")
+        signature = getattr(src, "signature", None)
+        if signature is not None and len(signature) != n:
+            return f"compiled for {len(signature)} parameters ({', '.join(signature)}); the launch passes {n}"
+        taken = compat.launcher_param_count(compiled.runner)
+        if taken is not None and taken != n:
+            return (f"Triton's launcher takes {taken} parameters (its code is in "
+                    f"{compat.launcher_library(compiled.runner)}); the launch passes {n}")
+        return None
+
+    def _fitting(self, key: VariantKey, compiled, device_index: int):
+        """`compiled` if it fits this kernel's launch; otherwise the mismatch is logged as the bug it is and
+        the variant compiled again for this kernel alone (not through the compiles it shares; Triton builds
+        a new launcher object, loaded through `guard_launcher_loads`); raises LaunchMismatch if that does not
+        fit either (`_setup` then uses Triton's own launcher)."""
+        problem = self.pairing_problem(key, compiled)
+        if problem is None:
+            return compiled
+        self.launch_mismatches.append(problem)
+        log.error("fuse-all: %s: compiled variant %s does not fit this kernel's launch: %s (Triton %s)",
+                  self.name, tuple(key), problem, compat.TRITON_VERSION)
+        log.error("fuse-all: %s: compiling variant %s again for this kernel alone", self.name, tuple(key))
+        again = compile_variant(self._fn_for(key.int64), self.spec, key, device_index)
+        problem = self.pairing_problem(key, again)
+        if problem is not None:
+            self.launch_mismatches.append(problem)
+            raise LaunchMismatch(f"{self.name}: variant {tuple(key)} compiled again still does not fit: {problem}")
+        return again
 
     def wait_compiled(self) -> None:
         """Block until the background compiles finish; raises the first compile error."""
@@ -203,19 +257,32 @@ class TritonKernel:
             return self._run_general, None
         sizes = list(first_args[self.n_ptr:])
         div16 = bool(sizes) and all(v % 16 == 0 for v in sizes)
-        compiled = self.compiled(VariantKey(index, self.int64_only, True, div16))
+        compiled = self._fast_variant = self.compiled(VariantKey(index, self.int64_only, True, div16))
         direct = compat.direct_launch(compiled.runner)
         source = fast_launcher_source(self.spec, self.configs[index], self.device_index, div16,
                                       self._int32_ok is not None and not self.int64_only,
                                       direct[1] if direct is not None else None)
         scope = {"runner": compiled.runner, "function": compiled.function, "metadata": compiled.metadata,
                  "get_stream": compat.stream_getter(), "get_device": compat.current_device_getter(),
-                 "general": self._run_general}
+                 "general": self._run_general, "refused": self._launch_refused}
         if direct is not None:
             scope["launch"] = direct[0]
         exec(source, scope)   # noqa: S102 - generated from our own spec
         self.launcher_source = source
         return scope["run"], scope["run_on"]
+
+    def _launch_refused(self, error: TypeError, *args):
+        """The fast launcher's C launch raised TypeError: Triton parses the whole argument tuple before it
+        launches anything, so nothing ran. A launcher that does not fit its arguments is a bug (ours, or a
+        launcher module mixed up on loading: `_triton_compat.guard_launcher_loads`): logged as an error with what was paired, then this kernel uses Triton's own
+        `fn[grid](...)` launcher, this call included. An error that launcher raises too is the caller's."""
+        taken = compat.launcher_param_count(self._fast_variant.runner)
+        problem = (f"Triton's launcher refused the launch ({error}); it takes {taken} parameters, the launch "
+                   f"passes {self._n_params(self.configs.index(self.chosen))}")
+        self.launch_mismatches.append(problem)
+        log.error("fuse-all: %s: %s; launching through Triton's own launcher from now on", self.name, problem)
+        self._set_paths(self._run_jit)
+        return self._run_jit(*args)
 
     def _run_general(self, *args):
         sizes = args[self.n_ptr:]
@@ -227,13 +294,12 @@ class TritonKernel:
         tensors = [a for a in args[: self.n_ptr] if isinstance(a, torch.Tensor)]
         device = tensors[0].device.index if tensors else self.device_index
         with torch.cuda.device(device):
-            if device == self.device_index:
-                compiled = self.compiled(key)
-            else:   # a second device: its own loaded copy
-                compiled = self._compiled.get((key, device))
-                if compiled is None:
-                    compiled = self._compiled[(key, device)] = \
-                        compile_variant(self._fn_for(key.int64), self.spec, key, device)
+            try:
+                compiled = self._variant_on(key, device)
+            except LaunchMismatch as error:    # logged as an error already
+                log.warning("fuse-all: %s; using triton's launcher", error)
+                self._set_paths(self._run_jit)
+                return self._run_jit(*args)
             grid = (self._grids[key.config](*sizes), 1, 1)
             consts = configs.block_constants(self.chosen)
             stream = compat.stream_getter()(device)
@@ -241,6 +307,15 @@ class TritonKernel:
             meta = compiled.kernel.launch_metadata(grid, stream, *ptrs, *sizes, *consts) if enter else None
             compiled.runner(*grid, stream, compiled.function, compiled.metadata, meta, enter, exit_,
                             *ptrs, *sizes, *consts)
+
+    def _variant_on(self, key: VariantKey, device: int):
+        if device == self.device_index:
+            return self.compiled(key)
+        compiled = self._compiled.get((key, device))    # a second device: its own loaded copy
+        if compiled is None:
+            compiled = self._compiled[(key, device)] = self._fitting(
+                key, compile_variant(self._fn_for(key.int64), self.spec, key, device), device)
+        return compiled
 
     def _run_jit(self, *args):
         """Triton's own `fn[grid](...)` launcher: the interpreter's way, and the fallback (slower per call)
@@ -259,6 +334,10 @@ class TritonKernel:
 
     def __repr__(self):
         return f"TritonKernel({self.name}, chosen={self.chosen})"
+
+
+class LaunchMismatch(RuntimeError):
+    """A compiled variant whose launcher does not take this kernel's arguments (TritonKernel.pairing_problem)."""
 
 
 # device index -> the current raw CUDA stream (what `run_on` takes); host programs read it once per call
@@ -305,7 +384,10 @@ def _launcher_source(name: str, spec: dict, config: dict, device_index: int, div
     grid = f"{blocks}, 1, 1, {'stream' if on_stream else f'get_stream({device_index})'}, function"
     if direct_extra is not None:   # Triton's C launch function, see _triton_compat.direct_launch
         extra = ", ".join(repr(v) for v in direct_extra)
-        lines.append(f"    launch({grid}, {extra}, metadata, None, None, None, {call_args})")
+        launch = f"launch({grid}, {extra}, metadata, None, None, None, {call_args})"
     else:
-        lines.append(f"    runner({grid}, metadata, None, None, None, {call_args})")
+        launch = f"runner({grid}, metadata, None, None, None, {call_args})"
+    # (a try costs nothing until it catches: TritonKernel._launch_refused)
+    lines += ["    try:", f"        {launch}", "    except TypeError as error:",
+              f"        return refused({', '.join(['error'] + ptrs + sizes)})"]
     return "\n".join(lines) + "\n"
