@@ -3,6 +3,7 @@ used as values."""
 from __future__ import annotations
 
 import math
+import random
 
 import torch
 
@@ -68,8 +69,44 @@ class ShapeOps:
             self.emit(f"torch.stack([{N}, {N} * 2], {d})", min(v.lo * 2, v.lo), max(v.hi * 2, v.hi), False, "stack")
         else:
             pads = [r.choice((0, 1, 2)) for _ in range(2 * min(v.ndim, 2))]
-            self.emit(f"F.pad({N}, {pads}, value={r.choice((0.0, 1.0))})", min(v.lo, 0), max(v.hi, 1), v.exact,
-                      "pad")
+            value = r.choice((0.0, 1.0))
+            if self._shifted_reshape(v, value) is None:
+                self.emit(f"F.pad({N}, {pads}, value={value})", min(v.lo, 0), max(v.hi, 1), v.exact, "pad")
+
+    def _shifted_reshape(self, v, value):
+        """Half the pads instead read through a reshape that regroups dims (of an often strided value): a
+        pad, a negative-start slice then pad, or a cat piece's row offset plus a column slice. The reshape
+        indexes its source with FloorDiv/ModularIndexing of a shifted, partly negative flat position
+        (seed 51 index 1221: silently wrong values). Its choices come from a stream of their own, so
+        programs without a pad stay as they were."""
+        r = random.Random(f"fuse-all-fuzz-shifted:{self.seed}:{self.index}:{self.counter}")
+        if r.random() < 0.5 or v.ndim == 0:
+            return None
+        N, n = v.name, v.ndim
+        shapes = [list(m.shape) for m in v.metas]
+        d = r.randrange(n)
+        k = r.choice((2, 3, 4))
+        reshapes = [f"{N}.reshape(-1)"]
+        if n >= 2:
+            reshapes.append(f"{N}.flatten({min(d, n - 2)}, {min(d, n - 2) + 1})")
+            if all(sh[-1] * sh[-2] % k == 0 and sh[-1] * sh[-2] > 0 for sh in shapes):
+                reshapes.append(f"{N}.flatten(-2).unflatten(-1, ({k}, -1))")
+        if all(sh[d] % k == 0 and sh[d] > 0 for sh in shapes):
+            reshapes.append(f"{N}.unflatten({d}, ({k}, -1))")
+        reshaped = r.choice(reshapes)
+        dims = len(eval(reshaped, self.ns, {N: v.metas[0]}).shape)  # noqa: S307 - our own generated text
+        pads = [r.choice((0, 1, 2, 3, 5)) for _ in range(2 * min(dims, 3))]
+        kind = r.choice(("pad", "pad", "slice_pad", "cat_slice"))
+        if kind == "pad":
+            expr = f"F.pad({reshaped}, {pads}, value={value})"
+        elif kind == "slice_pad":
+            expr = f"F.pad({reshaped}[..., -{r.choice((2, 3, 5))}:], {pads}, value={value})"
+        elif dims >= 2:
+            expr = f"torch.cat([{reshaped}, {reshaped} * 2], 0)[:, {r.choice((1, 3))}:]"
+            return self.emit(expr, min(v.lo, 2 * v.lo), max(v.hi, 2 * v.hi), v.exact, "shifted_view")
+        else:
+            return None
+        return self.emit(expr, min(v.lo, 0), max(v.hi, 1), v.exact, "shifted_view")
 
     @staticmethod
     def _cat_ok(x, y, d):
