@@ -183,3 +183,22 @@ def test_bounds():
     assert known_nonnegative(7 - x1, ranges) and not known_nonnegative(6 - x1, ranges)
     assert FloorDiv(x1 - 18, 8).is_nonnegative is None and FloorDiv(x1 + 2, 8).is_nonnegative
     assert ModularIndexing(x1 - 18, 1, 8).is_nonnegative
+
+
+def test_quotient_and_remainder_of_one_position_recombine():
+    """m*FloorDiv(a, b*m) + ModularIndexing(a, b, m) is FloorDiv(a, b), for `a` of any sign: a reshape that
+    splits a dim and merges it back (seen in fuzz seed 77 programs: a 704-long reduction row read as
+    `64*FloorDiv(r0, 64) + ModularIndexing(r0, 1, 64)`), and the same after a pad's shift."""
+    r0 = sympy.Symbol("r0", integer=True, nonnegative=True)
+    assert simplify_index(64 * FloorDiv(r0, 64) + ModularIndexing(r0, 1, 64), {r0: 704}) == r0
+    assert simplify_index(31 * FloorDiv(x0, 124) + ModularIndexing(x0, 4, 31), {x0: 620}) == FloorDiv(x0, 4)
+    assert simplify_index(s0 * FloorDiv(x0, 3 * s0) + ModularIndexing(x0, 3, s0), {x0: 9 * s0}) == \
+        FloorDiv(x0, 3)
+    ranges = {x0: 8, x1: 9}
+    shifted = 2 * x0 + 2 * FloorDiv(x1 - 9, 2) + ModularIndexing(x1 - 9, 1, 2)
+    assert simplify_index(shifted, ranges) == 2 * x0 + x1 - 9
+    # different coefficients or positions do not pair
+    unpaired = 3 * FloorDiv(x1, 2) + ModularIndexing(x1, 1, 2)
+    out = simplify_index(unpaired, ranges)
+    assert out.has(FloorDiv)
+    _assert_same_everywhere(unpaired, out, ranges)

@@ -111,6 +111,28 @@ def _shift_to_nonnegative(base, period, ranges):
     return -(int(low) // int(period)) * period
 
 
+def _recombine(e):
+    """c*m*FloorDiv(a, b*m) + c*ModularIndexing(a, b, m) == c*FloorDiv(a, b) for `a` of any sign: a
+    reshape that splits a shifted position into (quotient, remainder) of a dim it then merges back reads
+    `a` itself (`2*FloorDiv(x1 + 1, 2) + ModularIndexing(x1 + 1, 1, 2)` is `x1 + 1`)."""
+    terms = list(e.args)
+    for i, term in enumerate(terms):
+        coeff, mod = term.as_coeff_Mul()
+        if not isinstance(mod, ModularIndexing):
+            continue
+        base, div, modulus = mod.args
+        partner = coeff * modulus * FloorDiv(base, div * modulus)
+        for j, other in enumerate(terms):
+            if j != i and other == partner:
+                rest = [t for k, t in enumerate(terms) if k not in (i, j)]
+                return _recombine_again(sympy.Add(*rest, coeff * FloorDiv(base, div)))
+    return e
+
+
+def _recombine_again(e):
+    return _recombine(e) if e.is_Add else e
+
+
 _SIMPLIFIED: dict = {}    # (expr, ranges) -> simplified; fusion probes rebuild the same kernels' indices
 _SIMPLIFIED_MAX = 50_000
 
@@ -139,6 +161,8 @@ def _simplify_index(expr, ranges: dict):
             return _floordiv(e, rewrite)
         if isinstance(e, ModularIndexing):
             return _modular_indexing(e, rewrite)
+        if e.is_Add:
+            return _recombine(e)
         return e
 
     def _floordiv(e, rewrite):
