@@ -69,19 +69,28 @@ class ShapeOps:
             self.emit(f"torch.stack([{N}, {N} * 2], {d})", min(v.lo * 2, v.lo), max(v.hi * 2, v.hi), False, "stack")
         else:
             pads = [r.choice((0, 1, 2)) for _ in range(2 * min(v.ndim, 2))]
-            value = r.choice((0.0, 1.0))
-            if self._shifted_reshape(v, value) is None:
-                self.emit(f"F.pad({N}, {pads}, value={value})", min(v.lo, 0), max(v.hi, 1), v.exact, "pad")
+            self.emit(f"F.pad({N}, {pads}, value={r.choice((0.0, 1.0))})", min(v.lo, 0), max(v.hi, 1), v.exact,
+                      "pad")
 
-    def _shifted_reshape(self, v, value):
-        """Half the pads instead read through a reshape that regroups dims (of an often strided value): a
-        pad, a negative-start slice then pad, or a cat piece's row offset plus a column slice. The reshape
-        indexes its source with FloorDiv/ModularIndexing of a shifted, partly negative flat position
-        (seed 51 index 1221: silently wrong values). Its choices come from a stream of their own, so
-        programs without a pad stay as they were."""
-        r = random.Random(f"fuse-all-fuzz-shifted:{self.seed}:{self.index}:{self.counter}")
-        if r.random() < 0.5 or v.ndim == 0:
+    SHIFTED_READ_FRAC = 0.1
+
+    def shifted_read_output(self):
+        """One more output in a tenth of the programs: a value (a strided input when there is one) read
+        through a reshape that regroups its dims, then shifted: a pad, a negative-start slice then pad, or a
+        cat piece's row offset plus a column slice. The reshape indexes its source with FloorDiv/
+        ModularIndexing of a shifted, partly negative flat position (seed 51 index 1221: silently wrong
+        values). Called after the program is complete, with a random stream of its own: the rest of every
+        program stays as it was, so earlier replay commands still give their programs."""
+        r = random.Random(f"fuse-all-fuzz-shifted:{self.seed}:{self.index}")
+        if self.train or self.huge or r.random() >= self.SHIFTED_READ_FRAC:
             return None
+        values = [v for v in self.vals if v.ndim >= 1 and v.dtype != torch.bool]
+        strided = [v for v in values if v.is_input and not v.metas[0].is_contiguous()]
+        if not values:
+            return None
+        return self._shifted_reshape(r.choice(strided or values), r.choice((0.0, 1.0)), r)
+
+    def _shifted_reshape(self, v, value, r):
         N, n = v.name, v.ndim
         shapes = [list(m.shape) for m in v.metas]
         d = r.randrange(n)
