@@ -202,3 +202,21 @@ def test_quotient_and_remainder_of_one_position_recombine():
     out = simplify_index(unpaired, ranges)
     assert out.has(FloorDiv)
     _assert_same_everywhere(unpaired, out, ranges)
+
+
+def test_rules_apply_again_to_what_a_rewrite_builds():
+    """A FloorDiv built by a rewrite, and a recombination hidden in a product, are simplified too (fuzz seed
+    77, dynamic shapes): s*(x1 + FloorDiv(s*x2 + x3, 2*s)) with x2 < 2, x3 < s is s*x1, and
+    s*(3 + FloorDiv(a, 2*s)) + ModularIndexing(a, 2, s) is 3*s + FloorDiv(a, 2)."""
+    s76, s55 = size_symbol("s76"), size_symbol("s55")
+    x3 = xvar(3)
+    ranges = {x0: s0, x1: s55, x2: 2, x3: s76}
+    flat = 2 * s76 * x1 + s76 * x2 + x3
+    expr = (s55 * s76 * (x0 + FloorDiv(flat, 2 * s55 * s76)) + s76 * ModularIndexing(flat, 2 * s76, s55)
+            + ModularIndexing(s76 * x2 + x3, 1, 2 * s76))
+    assert sympy.expand(simplify_index(expr, ranges)) == s55 * s76 * x0 + s76 * x1 + s76 * x2 + x3
+    hidden = s0 * (3 + FloorDiv(x1 - 7, 2 * s0)) + ModularIndexing(x1 - 7, 2, s0)
+    out = simplify_index(hidden, {x1: 8})
+    assert not out.has(ModularIndexing) and out.has(FloorDiv)
+    for n in (1, 3, 4):
+        _assert_same_everywhere(hidden, out, {x1: 8}, {"s0": n})

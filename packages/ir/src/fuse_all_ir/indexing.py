@@ -115,13 +115,15 @@ def _recombine(e):
     """c*m*FloorDiv(a, b*m) + c*ModularIndexing(a, b, m) == c*FloorDiv(a, b) for `a` of any sign: a
     reshape that splits a shifted position into (quotient, remainder) of a dim it then merges back reads
     `a` itself (`2*FloorDiv(x1 + 1, 2) + ModularIndexing(x1 + 1, 1, 2)` is `x1 + 1`)."""
-    terms = list(e.args)
+    if not any(isinstance(t.as_coeff_Mul()[1], ModularIndexing) for t in e.args):
+        return e
+    terms = list(sympy.Add.make_args(sympy.expand_mul(e)))   # s*(n + FloorDiv(..)) hides its FloorDiv term
     for i, term in enumerate(terms):
         coeff, mod = term.as_coeff_Mul()
         if not isinstance(mod, ModularIndexing):
             continue
         base, div, modulus = mod.args
-        partner = coeff * modulus * FloorDiv(base, div * modulus)
+        partner = sympy.expand_mul(coeff * modulus * FloorDiv(base, div * modulus))
         for j, other in enumerate(terms):
             if j != i and other == partner:
                 rest = [t for k, t in enumerate(terms) if k not in (i, j)]
@@ -197,4 +199,11 @@ def _simplify_index(expr, ranges: dict):
         if _known_less(bound, div):
             return sympy.Integer(0)
         return e
-    return rewrite(expr)
+    # a rewrite can build a FloorDiv whose own rules then produce another one (FloorDiv(s*x1 + .., 2*s*n)
+    # -> x1 + FloorDiv(..)): go again until nothing changes
+    for _ in range(4):
+        simpler = rewrite(expr)
+        if simpler == expr:
+            break
+        expr = simpler
+    return expr
