@@ -243,6 +243,9 @@ class Generator(PointwiseOps, ShapeOps):
             view = self._view_of_an_input()
             if view is not None:
                 outs.append(view)
+        shifted = self.shifted_read_output()   # last: draws from a stream of its own
+        if shifted is not None:
+            outs.append(shifted)
         return Program(self.seed, self.index, self.inputs, self.lines, [o.name for o in outs],
                        dynamic=self.dynamic, train=self.train, tags=self.tags,
                        exact_names={v.name for v in self.vals if v.exact})

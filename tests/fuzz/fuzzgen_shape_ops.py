@@ -3,6 +3,7 @@ used as values."""
 from __future__ import annotations
 
 import math
+import random
 
 import torch
 
@@ -70,6 +71,51 @@ class ShapeOps:
             pads = [r.choice((0, 1, 2)) for _ in range(2 * min(v.ndim, 2))]
             self.emit(f"F.pad({N}, {pads}, value={r.choice((0.0, 1.0))})", min(v.lo, 0), max(v.hi, 1), v.exact,
                       "pad")
+
+    SHIFTED_READ_FRAC = 0.1
+
+    def shifted_read_output(self):
+        """One more output in a tenth of the programs: a value (a strided input when there is one) read
+        through a reshape that regroups its dims, then shifted: a pad, a negative-start slice then pad, or a
+        cat piece's row offset plus a column slice. The reshape indexes its source with FloorDiv/
+        ModularIndexing of a shifted, partly negative flat position (seed 51 index 1221: silently wrong
+        values). Called after the program is complete, with a random stream of its own: the rest of every
+        program stays as it was, so earlier replay commands still give their programs."""
+        r = random.Random(f"fuse-all-fuzz-shifted:{self.seed}:{self.index}")
+        if self.train or self.huge or r.random() >= self.SHIFTED_READ_FRAC:
+            return None
+        values = [v for v in self.vals if v.ndim >= 1 and v.dtype != torch.bool]
+        strided = [v for v in values if v.is_input and not v.metas[0].is_contiguous()]
+        if not values:
+            return None
+        return self._shifted_reshape(r.choice(strided or values), r.choice((0.0, 1.0)), r)
+
+    def _shifted_reshape(self, v, value, r):
+        N, n = v.name, v.ndim
+        shapes = [list(m.shape) for m in v.metas]
+        d = r.randrange(n)
+        k = r.choice((2, 3, 4))
+        reshapes = [f"{N}.reshape(-1)"]
+        if n >= 2:
+            reshapes.append(f"{N}.flatten({min(d, n - 2)}, {min(d, n - 2) + 1})")
+            if all(sh[-1] * sh[-2] % k == 0 and sh[-1] * sh[-2] > 0 for sh in shapes):
+                reshapes.append(f"{N}.flatten(-2).unflatten(-1, ({k}, -1))")
+        if all(sh[d] % k == 0 and sh[d] > 0 for sh in shapes):
+            reshapes.append(f"{N}.unflatten({d}, ({k}, -1))")
+        reshaped = r.choice(reshapes)
+        dims = len(eval(reshaped, self.ns, {N: v.metas[0]}).shape)  # noqa: S307 - our own generated text
+        pads = [r.choice((0, 1, 2, 3, 5)) for _ in range(2 * min(dims, 3))]
+        kind = r.choice(("pad", "pad", "slice_pad", "cat_slice"))
+        if kind == "pad":
+            expr = f"F.pad({reshaped}, {pads}, value={value})"
+        elif kind == "slice_pad":
+            expr = f"F.pad({reshaped}[..., -{r.choice((2, 3, 5))}:], {pads}, value={value})"
+        elif dims >= 2:
+            expr = f"torch.cat([{reshaped}, {reshaped} * 2], 0)[:, {r.choice((1, 3))}:]"
+            return self.emit(expr, min(v.lo, 2 * v.lo), max(v.hi, 2 * v.hi), v.exact, "shifted_view")
+        else:
+            return None
+        return self.emit(expr, min(v.lo, 0), max(v.hi, 1), v.exact, "shifted_view")
 
     @staticmethod
     def _cat_ok(x, y, d):

@@ -35,6 +35,13 @@ def _cases():
         ("floordiv", lambda: IrFloorDiv(n * 5 + m, 3)),
         ("modular_indexing", lambda: _t("ModularIndexing")(n * 7 + m, 2, 3)),
         ("modular_indexing", lambda: IrModularIndexing(n * 13 + m, 3, 4)),
+        # the IR's own functions with a numerator of either sign (a pad's shifted index): they floor, so a
+        # printer may use its truncating division only where the numerator is provably non-negative
+        ("floordiv", lambda: IrFloorDiv(a - 18, 8)), ("floordiv", lambda: IrFloorDiv(n - 6, 4)),
+        ("floordiv", lambda: IrFloorDiv(3 * a + b, m + 1)),
+        ("modular_indexing", lambda: IrModularIndexing(a - 18, 1, 8)),
+        ("modular_indexing", lambda: IrModularIndexing(n * 3 - 11, 2, 4)),
+        ("modular_indexing", lambda: IrModularIndexing(IrFloorDiv(a - 5, 3), 1, 5)),
         ("mod", lambda: _t("PythonMod")(a, b)), ("mod", lambda: sympy.Mod(a, b)),
         ("mod", lambda: _t("Mod")(n * 3 + m, m + 1)),
         ("int_truediv", lambda: _t("IntTrueDiv")(a, b)), ("int_truediv", lambda: _t("IntTrueDiv")(1, n)),

@@ -3,8 +3,8 @@
 
 Integers are int64_t (index variables, size symbols and literals), so products and sums are 64-bit; float
 values (IntTrueDiv, ToFloat, ...) are double, as Python computes them. Division and remainder follow
-Python (floor) unless both operands are provably non-negative, where C's `/` and `%` agree and vectorise:
-the IR's own FloorDiv/ModularIndexing always are (its index arithmetic is on non-negative values).
+Python (floor) unless both operands are provably non-negative, where C's `/` and `%` agree and vectorise;
+that holds for the IR's own FloorDiv/ModularIndexing only where sympy proves their numerator non-negative.
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import re
 
 import sympy
 
-from fuse_all_ir import symbolic
 from fuse_all_ir.sympy_functions import FUNCTIONS, SymbolicPrinter, UnsupportedSymbolic, kind_of
 
 
@@ -23,8 +22,9 @@ def c_name(name: str) -> str:
 
 
 def _nonnegative(expr, *divisors) -> bool:
-    if isinstance(expr, (symbolic.FloorDiv, symbolic.ModularIndexing)):
-        return True
+    """Whether C's truncating `/` and `%` equal Python's floor ones here: a provably non-negative numerator
+    and positive divisors. The IR's FloorDiv/ModularIndexing are no exception: a pad's shifted index can
+    make their numerator negative (fuse_all_ir.indexing shifts it non-negative wherever the ranges allow)."""
     return bool(expr.args[0].is_nonnegative) and all(bool(d.is_positive) for d in divisors)
 
 

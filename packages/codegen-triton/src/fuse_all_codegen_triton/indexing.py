@@ -14,7 +14,6 @@ import math
 import numpy as np
 import sympy
 
-from fuse_all_ir import symbolic
 from fuse_all_ir.host import py_index
 from fuse_all_ir.sympy_functions import SymbolicPrinter, UnsupportedSymbolic, kind_of
 from fuse_all_ir.program import IndexValue, Kernel, Load, Store
@@ -31,8 +30,10 @@ def _f64(text: str) -> str:
 
 
 def _nonnegative(expr, *divisors) -> bool:
-    if isinstance(expr, (symbolic.FloorDiv, symbolic.ModularIndexing)):
-        return True   # the IR's index arithmetic is on non-negative values
+    """Whether Triton's truncating `//` and `%` equal Python's floor ones here: a provably non-negative
+    numerator and positive divisors. The IR's FloorDiv/ModularIndexing are no exception: a pad's shifted
+    index can make their numerator negative (fuse_all_ir.indexing shifts it non-negative wherever the
+    ranges allow)."""
     return bool(expr.args[0].is_nonnegative) and all(bool(d.is_positive) for d in divisors)
 
 

@@ -1,8 +1,11 @@
 """Integer index arithmetic: index variables and the two functions views need.
 
 Index expressions are sympy expressions over non-negative integer symbols. `FloorDiv(a, b)` is ``a // b``
-and `ModularIndexing(a, b, c)` is ``(a // b) % c``, both on non-negative integers, so every target language
-prints them with its native integer division and remainder.
+and `ModularIndexing(a, b, c)` is ``(a // b) % c`` with Python's floor semantics (b, c > 0). The numerator
+`a` can be negative (a pad reads its input at `x - before`; `(a*d + b) // d == a + b // d` leaves a negative
+`b`), so a printer uses its language's native (truncating) division and remainder only where `a` is
+provably non-negative (`fuse_all_ir.indexing` makes it so wherever the loop ranges allow), and floor
+semantics elsewhere.
 """
 from __future__ import annotations
 
@@ -35,7 +38,10 @@ def size_hint(expr, hints: dict, default: int) -> int:
 
 class FloorDiv(sympy.Function):
     is_integer = True
-    is_nonnegative = True
+
+    def _eval_is_nonnegative(self):
+        base, divisor = self.args
+        return base.is_nonnegative if divisor.is_positive else None   # floor(b / d) >= 0 iff b >= 0
 
     @classmethod
     def eval(cls, base, divisor):
@@ -62,7 +68,7 @@ class FloorDiv(sympy.Function):
 
 
 class ModularIndexing(sympy.Function):
-    """(base // divisor) % modulus."""
+    """(base // divisor) % modulus: in [0, modulus) whatever base's sign (Python's floor semantics)."""
     is_integer = True
     is_nonnegative = True
 
