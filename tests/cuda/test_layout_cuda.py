@@ -68,8 +68,9 @@ def test_inference_runs_channels_last(name, mode):
 def _assert_trained_channels_last(every_convolution_nhwc=True):
     (forward,) = _records("forward")
     assert forward.layout.startswith("channels-last applied: training with "), forward.layout
-    if every_convolution_nhwc:
-        assert set(layout_checks.convolution_layouts(forward)) == {"NHWC"}
+    if not every_convolution_nhwc:
+        return
+    assert set(layout_checks.convolution_layouts(forward)) == {"NHWC"}
     (backward,) = _records("backward")
     assert backward.layout == "strides re-derived from the saved activations' layout (channels-last forward)"
 
@@ -94,7 +95,9 @@ def test_training_channels_last_is_exact_in_float64(name, mode):
     x, y = torch.randn(4, 3, 32, 32, device="cuda"), torch.randint(0, 10, (4,), device="cuda")
     layout_checks.check_training_float64(_model(name), x, y, _compiler(mode), steps=3)
     # cuDNN has no float64 NHWC kernels for most convolutions: ATen (and so the traced meta the plan
-    # follows) returns their results NCHW from channels-last inputs; the bookkeeping is still exercised.
+    # follows) returns their results NCHW from channels-last inputs, and the backward has no channels-last
+    # activations to re-derive. On the GPU this test is float64 exactness of the decision's rewrite; the
+    # bookkeeping itself is held by the float32 test above and, in float64, by the CPU test.
     _assert_trained_channels_last(every_convolution_nhwc=False)
 
 
