@@ -296,3 +296,27 @@ def test_a_view_of_a_stride_0_input_stays_a_view_under_dynamic_shapes(codegen):
         for g_, w_ in zip(got, want):
             torch.testing.assert_close(g_, w_, rtol=0, atol=0)
         assert got[0].stride() == want[0].stride() and got[0].data_ptr() == want[0].data_ptr()
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("width", [1, 37])
+def test_layer_norm_saves_mean_and_rstd_in_the_traced_dtype(codegen, dtype, width):
+    """CPU's native_layer_norm keeps a float16/bfloat16 input's mean and rstd in that dtype (CUDA's in
+    float32); the lowering wrote them as float32 buffers, which the backward graph, traced with float16
+    tensors, read as float16 bits: the gradient of layer_norm over one element was 150 instead of 0, and
+    every low-precision layer_norm backward on CPU was garbage. Fuzz: seed 51 index 1496 (cpp)."""
+    def forward(x):
+        return torch.ops.aten.native_layer_norm(x, [width], None, None, 1e-5)
+
+    def loss(x):
+        return (torch.log(torch.sin(torch.nn.functional.layer_norm(x, [width])) * 0.5 + 1.0),)
+    x = (torch.rand(3, width) * 4 - 2).to(dtype)
+    assert_same(compile_fn(forward, codegen)(x), forward(x))     # the saved statistics' dtypes among them
+    cotangent = torch.randn(3, width).to(dtype)
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected = torch.autograd.grad(loss(xe), xe, cotangent)[0]
+    actual = torch.autograd.grad(compile_fn(loss, codegen)(xc), xc, cotangent)[0]
+    if width == 1:
+        assert expected.abs().max() == 0
+    assert_same(actual, expected, atol=2e-2, rtol=2e-2, what="gradient")

@@ -12,7 +12,7 @@ import torch.fx
 
 from . import dtypes
 from ._torch_compat import backed_size_values, real_tensor_mode
-from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, load
+from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, load, op
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .lowering_mutations import deferrable_input_copy, write_back_inputs
 from .symbolic import free_size_symbols
@@ -329,6 +329,7 @@ class GraphLowering:
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n.name])
             try:
                 result = _tag_origins(lowering(self, *args, **kwargs), CURRENT_ORIGIN.get())
+                result = _with_traced_dtypes(result, node.meta.get("val"))
                 self._maybe_realize(node, result)
                 return result
             except (Unsupported, dtypes.UnsupportedDtype, NotImplementedError) as exc:
@@ -448,6 +449,23 @@ _VIEW_OPS = frozenset(getattr(torch.ops.aten, name).default for name in (
 def _meta_stride(node: torch.fx.Node):
     val = node.meta.get("val")
     return [sym(s) for s in val.stride()] if isinstance(val, torch.Tensor) else None
+
+
+def _with_traced_dtypes(result, val):
+    """Each result in the dtype the graph traced it with: that is the contract with the graph's other
+    consumers, the backward graph among them, which reads a saved tensor with its traced dtype whatever
+    this graph wrote. Where ATen's dtype depends on the device a lowering may compute wider (CPU's
+    native_layer_norm keeps a float16 input's mean and rstd in float16, CUDA's in float32: a float32
+    buffer read as float16 by the backward gave gradients of 150 for 0, fuzz seed 51 index 1496)."""
+    if isinstance(result, (tuple, list)) and isinstance(val, (tuple, list)) and len(result) == len(val):
+        return type(result)(_with_traced_dtypes(r, v) for r, v in zip(result, val))
+    if not (isinstance(result, Value) and isinstance(val, torch.Tensor) and dtypes.is_supported(val.dtype)):
+        return result
+    traced = _dtype_str(val.dtype)
+    if result.dtype == traced:
+        return result
+    inner = result.loader
+    return Value(result.size, traced, lambda index: op("cast", (inner(index),), traced), origin=result.origin)
 
 
 def _tag_origins(result, origin):
