@@ -320,3 +320,19 @@ def test_layer_norm_saves_mean_and_rstd_in_the_traced_dtype(codegen, dtype, widt
     if width == 1:
         assert expected.abs().max() == 0
     assert_same(actual, expected, atol=2e-2, rtol=2e-2, what="gradient")
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_merged_dims_with_a_constant_inner_size_and_a_symbolic_stride_are_expanded(codegen):
+    """C++, dynamic shapes: `atan2(pad(a), b)` with b of shape (s0, 12, 1, s1 + 3) reads b at
+    `x0*(12*s1 + 36) + x1*(s1 + 3)`; merging the (s0, 12) dims substituted x0 -> x0/12, which sympy leaves
+    as `x0*(12*s1 + 36)/12` (a rational factor is not a power, so the merged index was not expanded:
+    UnsupportedSymbolic, the graph ran in ATen). Fuzz: seed 51 index 789 (cpp)."""
+    def fn(a, b):
+        return (torch.atan2(torch.nn.functional.pad(a, [1, 2, 1, 2], value=1.0), b),)
+    compiled = compile_fn(fn, codegen)
+    for c, h, w in [(3, 5, 4), (4, 6, 7)]:
+        a, b = torch.randn(c, 12, h, w), torch.rand(c, 12, 1, w + 3) + 0.5
+        torch._dynamo.mark_dynamic(a, [0, 2, 3])
+        torch._dynamo.mark_dynamic(b, [0, 3])
+        assert_same(compiled(a, b), fn(a, b), atol=1e-5, rtol=1e-5)
