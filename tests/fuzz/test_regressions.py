@@ -336,3 +336,32 @@ def test_merged_dims_with_a_constant_inner_size_and_a_symbolic_stride_are_expand
         torch._dynamo.mark_dynamic(a, [0, 2, 3])
         torch._dynamo.mark_dynamic(b, [0, 3])
         assert_same(compiled(a, b), fn(a, b), atol=1e-5, rtol=1e-5)
+
+
+BROADCAST_VIEW_OUTPUTS = {
+    # fuzz seed 51 index 921: a slice of an expand
+    "slice": (lambda a: (torch.hypot(a, a * 2).expand(-1, 3, -1)[:, 0:5:2],), [(16, 1, 64)]),
+    # seed 51 index 3222: narrow of unsqueeze + expand
+    "narrow": (lambda a: (torch.nn.functional.softplus(a).unsqueeze(1).expand(-1, 3, -1, -1)
+                          .narrow(0, 1, a.shape[0] - 2),), [(7, 5, 7)]),
+    # seed 45 index 1144: select of a transposed expand, the broadcast dim in the middle
+    "select_mT": (lambda a, b: (torch.minimum(a, b).unsqueeze(1).expand(-1, 2, -1, -1, -1).mT.select(2, -1),),
+                  [(7, 2, 16, 3), (7, 2, 16, 3)]),
+    # seed 46 index 174: a piece of split (a getitem of a multi-output view) of an expanded pad
+    "split": (lambda a: (torch.nn.functional.pad(a, [1, 0, 1, 2]).expand(-1, 2).split(3, 0)[0],), [(13, 0)]),
+}
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+@pytest.mark.parametrize("case", sorted(BROADCAST_VIEW_OUTPUTS))
+def test_a_broadcast_view_of_a_computed_value_is_returned_as_a_view(codegen, case):
+    """An output that is a chain of views with an expand in it over a computed value was written out
+    element by element: a copy whose strides differ from eager's and the traced graph's in every dim, n
+    times the memory, writable where eager's raises. The value is now a buffer and the output a stride-0
+    view of it, as in eager."""
+    fn, shapes = BROADCAST_VIEW_OUTPUTS[case]
+    inputs = [torch.randn(s) for s in shapes]
+    expected = fn(*inputs)
+    assert 0 in expected[0].stride()
+    actual = compile_fn(fn, codegen)(*inputs)
+    assert_same(actual, expected, atol=1e-6, rtol=1e-6)       # strides included

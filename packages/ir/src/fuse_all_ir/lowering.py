@@ -15,6 +15,7 @@ from ._torch_compat import backed_size_values, real_tensor_mode
 from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, load, op
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .lowering_mutations import deferrable_input_copy, write_back_inputs
+from .lowering_outputs import view_of_realized_source
 from .symbolic import free_size_symbols
 from .vocabulary import NodeKind, reduction
 
@@ -383,9 +384,9 @@ class GraphLowering:
                 # a view stays a view: outputs alias each other and the inputs as in eager (AOTAutograd
                 # rebuilds an output that aliases an input from the returned tensor's storage offset)
                 return self.as_ref(value)
-            expanded = self._expand_of_realized_source(arg, stride)
-            if expanded is not None:
-                return expanded
+            broadcast = view_of_realized_source(self, arg, stride)
+            if broadcast is not None:
+                return broadcast
             aliased = self._input_view_from_meta(arg)
             if aliased is not None:
                 return aliased
@@ -422,22 +423,6 @@ class GraphLowering:
         spec = TensorSpec(source.dtype, tuple(sym(n) for n in val.shape), tuple(sym(n) for n in val.stride()),
                           offset, self.device)
         return BufferRef(source.view.buffer, spec)
-
-    def _expand_of_realized_source(self, node: torch.fx.Node, stride):
-        """An output that is `expand` (stride 0) of a computed value: the value is made a buffer and the
-        output returned as the stride-0 view of it, as eager does, instead of a materialised copy."""
-        if (node.target is not torch.ops.aten.expand.default or stride is None or 0 not in stride
-                or not isinstance(node.args[0], torch.fx.Node)):
-            return None
-        source = self.env[node.args[0].name]
-        if not isinstance(source, Value):
-            return None
-        self.realize(source, _meta_stride(node.args[0]))
-        args = torch.fx.node.map_arg(node.args[1:], lambda n: self.env[n.name])
-        expanded = LOWERINGS[torch.ops.aten.expand.default](self, source, *args)
-        if expanded.view is None or tuple(expanded.view.stride) != tuple(stride):
-            return None
-        return self.as_ref(expanded)
 
 
 # the `.default` overloads of the view ops (transpose, slice and select have none: `.int`, `.Tensor`)
