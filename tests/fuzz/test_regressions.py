@@ -365,3 +365,20 @@ def test_a_broadcast_view_of_a_computed_value_is_returned_as_a_view(codegen, cas
     assert 0 in expected[0].stride()
     actual = compile_fn(fn, codegen)(*inputs)
     assert_same(actual, expected, atol=1e-6, rtol=1e-6)       # strides included
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_a_gradient_that_is_a_reshaped_tangent_keeps_the_tangents_layout(codegen):
+    """`a1.unsqueeze(0) + a0` with a0 transposed: the output, and so the tangent the backward gets, has
+    strides (128, 1, 2); a0's gradient is `sum(tangent, 0, keepdim).view(2, 64)`, a sum over a size-1 dim,
+    which lowers to the tangent itself. The output path that returns a traced view of a graph input took
+    the view's traced (contiguous) strides on the tangent's storage: the gradient read the tangent
+    transposed. Fuzz: seed 88 index 1462 (cpp)."""
+    def fn(a0, a1):
+        return (a1.unsqueeze(-3) + a0,)
+    a0 = torch.randn(64, 2).t().requires_grad_()
+    a1 = torch.randn(1, 64).requires_grad_()
+    cotangent = torch.randn(1, 2, 64)
+    expected = torch.autograd.grad(fn(a0, a1), [a0, a1], cotangent)
+    actual = torch.autograd.grad(compile_fn(fn, codegen)(a0, a1), [a0, a1], cotangent)
+    assert_same(actual, expected, atol=1e-6, rtol=1e-6, what="gradient")

@@ -113,6 +113,7 @@ class GraphLowering:
         self.nodes: dict[str, Node] = {}
         self.externs: list[ExternCall] = []
         self.inputs: list[GraphInput] = []
+        self.traced_inputs: dict[str, torch.Tensor] = {}   # input buffer -> its traced (fake) tensor
         self.size_symbols: dict = {}
         self.size_hints: dict = {}
         self.fallbacks: list = []
@@ -260,6 +261,7 @@ class GraphLowering:
         val = node.meta.get("val", example)
         if isinstance(val, torch.Tensor):
             spec = spec_of(val, self.device)
+            self.traced_inputs[name] = val
             self.inputs.append(GraphInput(name, "tensor", spec=spec))
             self.nodes[name] = Node(name, NodeKind.INPUT, spec)
             self.env[node.name] = buffer_value(name, spec)
@@ -413,8 +415,13 @@ class GraphLowering:
                 and isinstance(source_val, torch.Tensor)
                 and self.nodes[source.view.buffer].kind == "input"):
             return None
+        # the traced source must itself be the input's storage: a lowering may give a fresh tensor as a view
+        # of an input (a sum over a size-1 dim is its operand), laid out as the input, not as traced
+        # (a gradient read a (1, 2, 64) tangent of strides (128, 1, 2) as contiguous: fuzz seed 88 index 1462)
+        traced_input = self.traced_inputs.get(source.view.buffer)
         try:
-            same_storage = val.untyped_storage()._cdata == source_val.untyped_storage()._cdata
+            same_storage = (val.untyped_storage()._cdata == source_val.untyped_storage()._cdata
+                            == traced_input.untyped_storage()._cdata)
         except Exception:  # noqa: BLE001 - no storage to compare: not provably a view
             return None
         if not same_storage:
