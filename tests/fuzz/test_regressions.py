@@ -349,6 +349,9 @@ BROADCAST_VIEW_OUTPUTS = {
                   [(7, 2, 16, 3), (7, 2, 16, 3)]),
     # seed 46 index 174: a piece of split (a getitem of a multi-output view) of an expanded pad
     "split": (lambda a: (torch.nn.functional.pad(a, [1, 0, 1, 2]).expand(-1, 2).split(3, 0)[0],), [(13, 0)]),
+    # seed 88 index 2153: expand of a keepdim reduction (a buffer already; its size-1 dim's stride differs)
+    "keepdim_reduction": (lambda a: (a.amin((0, 1), keepdim=True).amax(1, keepdim=True).unsqueeze(2)
+                                     .expand(-1, -1, 3, -1),), [(11, 13, 2)]),
 }
 
 

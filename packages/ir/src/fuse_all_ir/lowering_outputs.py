@@ -41,6 +41,9 @@ def view_of_realized_source(g, node: torch.fx.Node, stride) -> BufferRef | None:
     """The output `node` as a view of a buffer holding its base value, when that gives the traced strides."""
     if stride is None or 0 not in stride:
         return None
+    lowered = g.env.get(node.name)
+    if isinstance(lowered, Value) and lowered.view is not None and _same_strides(lowered.view, stride):
+        return g.as_ref(lowered)   # a view of a buffer already, apart from strides of size-1 dims
     base, chain = _view_chain(node)
     source = g.env.get(base.name)
     if not chain or not isinstance(source, Value) or source.view is not None:
@@ -58,6 +61,13 @@ def view_of_realized_source(g, node: torch.fx.Node, stride) -> BufferRef | None:
             value = LOWERINGS[step.target](g, value, *args, **kwargs)
     except (KeyError, Unsupported, NotImplementedError):
         return None
-    if not isinstance(value, Value) or value.view is None or tuple(value.view.stride) != tuple(stride):
+    if not isinstance(value, Value) or value.view is None or not _same_strides(value.view, stride):
         return None
     return g.as_ref(value)
+
+
+def _same_strides(view, stride) -> bool:
+    """Equal strides in the dims of size > 1 (a keepdim reduction's size-1 dim may have another stride
+    than the meta function gave it: `amax(1, keepdim=True).unsqueeze(2).expand(...)`, seed 88 index 2153)."""
+    return len(view.stride) == len(stride) and all(
+        n == 1 or got == want for n, got, want in zip(view.size, view.stride, stride))
