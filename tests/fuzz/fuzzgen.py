@@ -56,8 +56,8 @@ class Generator(PointwiseOps, ShapeOps):
         self.limit = HUGE_SUM * 4 if self.huge else BIG_NUMEL if self.big else max_numel  # as _base_shape
         dts = [torch.float32] * 8 + [torch.float64] * 2 + [torch.float16] * 2 + [torch.bfloat16] * 2 + \
               [torch.int32, torch.int64]
-        if self.train:
-            dts = [torch.float32] * 4 + [torch.float64]
+        if self.train:   # low precision too: CPU keeps some saved tensors in it (layer_norm's mean and rstd)
+            dts = [torch.float32] * 6 + [torch.float64] * 2 + [torch.float16, torch.bfloat16]
         self.main_dtype = r.choice(dts)
 
     # ------------------------------------------------------------------ shapes and inputs

@@ -90,6 +90,13 @@ def test_wrong_strides_are_caught():
     assert _kinds(prog, _damaging_backend(lambda t: t.contiguous())) == ["meta"]
 
 
+def test_materialised_broadcast_output_is_caught():
+    """A stride-0 output returned as a copy has other strides in its other dims too (fuzz seed 51 index 921)."""
+    prog = _program([("v0", "(a0 * 2).unsqueeze(0).expand(3, -1, -1)")], ["v0"],
+                    [("a0", (5, 7), torch.float32, -1.0, 1.0)])
+    assert _kinds(prog, _damaging_backend(lambda t: t.contiguous())) == ["meta"]
+
+
 def test_nan_is_caught():
     def nan_first(t):
         t = t.clone()
@@ -129,3 +136,18 @@ def test_aot_eager_passes(index):
         res = fuzzcheck.run_program(prog, "cpp", "aot_eager")
         assert res.invalid is None, f"generator bug: {res.invalid}\n{prog.describe()}"
         assert not res.findings, f"{[(f.kind, f.detail) for f in res.findings]}\n{prog.describe()}"
+
+
+def test_eager_layout_is_accepted_where_the_meta_functions_differ():
+    """Eager's tanh of a (1, 3, 1, 1) tensor with strides (3, 1, 3, 3) has strides (3, 1, 1, 1), the meta
+    function's keeps the input's; `sub` of it and a (3, 1) tensor is then (9, 3, 1, 1) in eager and
+    (9, 1, 3, 9) under FakeTensorMode. Either layout is right (aot_eager, Inductor and fuse_all each gave
+    eager's and were flagged: fuzz seed 46 index 299)."""
+    specs = [fuzzgen.InputSpec("a0", [(1, 3, 1, 1)], torch.bfloat16, (2, 3, 0, 1), (1, 1, 1, 1), (), 0, -1.0, 1.0),
+             fuzzgen.InputSpec("a1", [(3, 1)], torch.int64, (0, 1), (1, 1), (), 0, -3, 3)]
+    prog = fuzzgen.Program(0, 0, specs, [("v0", "torch.tanh(a0) * 0.5 + 1.0", "test"),
+                                         ("v1", "torch.sin(torch.sub(v0, a1))", "test")], ["v1"])
+    eager = fuzzcheck.build(prog.source())(*fuzzcheck.inputs_for(prog, 0))[0]
+    assert eager.stride() == (9, 3, 1, 1)
+    assert _kinds(prog, "aot_eager") == []
+    assert _kinds(prog, "fuse_all") == []

@@ -307,3 +307,92 @@ def test_pad_of_a_reshaped_strided_input_reads_the_right_elements(codegen):
     def fn(a):
         return torch.nn.functional.pad(a.unflatten(0, (3, -1)), [2, 2, 2, 2], value=1.0)
     _run_calls(fn, [[torch.randn(8, 66).t()[::2]]], codegen)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("width", [1, 37])
+def test_layer_norm_saves_mean_and_rstd_in_the_traced_dtype(codegen, dtype, width):
+    """CPU's native_layer_norm keeps a float16/bfloat16 input's mean and rstd in that dtype (CUDA's in
+    float32); the lowering wrote them as float32 buffers, which the backward graph, traced with float16
+    tensors, read as float16 bits: the gradient of layer_norm over one element was 150 instead of 0, and
+    every low-precision layer_norm backward on CPU was garbage. Fuzz: seed 51 index 1496 (cpp)."""
+    def forward(x):
+        return torch.ops.aten.native_layer_norm(x, [width], None, None, 1e-5)
+
+    def loss(x):
+        return (torch.log(torch.sin(torch.nn.functional.layer_norm(x, [width])) * 0.5 + 1.0),)
+    x = (torch.rand(3, width) * 4 - 2).to(dtype)
+    assert_same(compile_fn(forward, codegen)(x), forward(x))     # the saved statistics' dtypes among them
+    cotangent = torch.randn(3, width).to(dtype)
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected = torch.autograd.grad(loss(xe), xe, cotangent)[0]
+    actual = torch.autograd.grad(compile_fn(loss, codegen)(xc), xc, cotangent)[0]
+    if width == 1:
+        assert expected.abs().max() == 0
+    assert_same(actual, expected, atol=2e-2, rtol=2e-2, what="gradient")
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_merged_dims_with_a_constant_inner_size_and_a_symbolic_stride_are_expanded(codegen):
+    """C++, dynamic shapes: `atan2(pad(a), b)` with b of shape (s0, 12, 1, s1 + 3) reads b at
+    `x0*(12*s1 + 36) + x1*(s1 + 3)`; merging the (s0, 12) dims substituted x0 -> x0/12, which sympy leaves
+    as `x0*(12*s1 + 36)/12` (a rational factor is not a power, so the merged index was not expanded:
+    UnsupportedSymbolic, the graph ran in ATen). Fuzz: seed 51 index 789 (cpp)."""
+    def fn(a, b):
+        return (torch.atan2(torch.nn.functional.pad(a, [1, 2, 1, 2], value=1.0), b),)
+    compiled = compile_fn(fn, codegen)
+    for c, h, w in [(3, 5, 4), (4, 6, 7)]:
+        a, b = torch.randn(c, 12, h, w), torch.rand(c, 12, 1, w + 3) + 0.5
+        torch._dynamo.mark_dynamic(a, [0, 2, 3])
+        torch._dynamo.mark_dynamic(b, [0, 3])
+        assert_same(compiled(a, b), fn(a, b), atol=1e-5, rtol=1e-5)
+
+
+BROADCAST_VIEW_OUTPUTS = {
+    # fuzz seed 51 index 921: a slice of an expand
+    "slice": (lambda a: (torch.hypot(a, a * 2).expand(-1, 3, -1)[:, 0:5:2],), [(16, 1, 64)]),
+    # seed 51 index 3222: narrow of unsqueeze + expand
+    "narrow": (lambda a: (torch.nn.functional.softplus(a).unsqueeze(1).expand(-1, 3, -1, -1)
+                          .narrow(0, 1, a.shape[0] - 2),), [(7, 5, 7)]),
+    # seed 45 index 1144: select of a transposed expand, the broadcast dim in the middle
+    "select_mT": (lambda a, b: (torch.minimum(a, b).unsqueeze(1).expand(-1, 2, -1, -1, -1).mT.select(2, -1),),
+                  [(7, 2, 16, 3), (7, 2, 16, 3)]),
+    # seed 46 index 174: a piece of split (a getitem of a multi-output view) of an expanded pad
+    "split": (lambda a: (torch.nn.functional.pad(a, [1, 0, 1, 2]).expand(-1, 2).split(3, 0)[0],), [(13, 0)]),
+    # seed 88 index 2153: expand of a keepdim reduction (a buffer already; its size-1 dim's stride differs)
+    "keepdim_reduction": (lambda a: (a.amin((0, 1), keepdim=True).amax(1, keepdim=True).unsqueeze(2)
+                                     .expand(-1, -1, 3, -1),), [(11, 13, 2)]),
+}
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+@pytest.mark.parametrize("case", sorted(BROADCAST_VIEW_OUTPUTS))
+def test_a_broadcast_view_of_a_computed_value_is_returned_as_a_view(codegen, case):
+    """An output that is a chain of views with an expand in it over a computed value was written out
+    element by element: a copy whose strides differ from eager's and the traced graph's in every dim, n
+    times the memory, writable where eager's raises. The value is now a buffer and the output a stride-0
+    view of it, as in eager."""
+    fn, shapes = BROADCAST_VIEW_OUTPUTS[case]
+    inputs = [torch.randn(s) for s in shapes]
+    expected = fn(*inputs)
+    assert 0 in expected[0].stride()
+    actual = compile_fn(fn, codegen)(*inputs)
+    assert_same(actual, expected, atol=1e-6, rtol=1e-6)       # strides included
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_a_gradient_that_is_a_reshaped_tangent_keeps_the_tangents_layout(codegen):
+    """`a1.unsqueeze(0) + a0` with a0 transposed: the output, and so the tangent the backward gets, has
+    strides (128, 1, 2); a0's gradient is `sum(tangent, 0, keepdim).view(2, 64)`, a sum over a size-1 dim,
+    which lowers to the tangent itself. The output path that returns a traced view of a graph input took
+    the view's traced (contiguous) strides on the tangent's storage: the gradient read the tangent
+    transposed. Fuzz: seed 88 index 1462 (cpp)."""
+    def fn(a0, a1):
+        return (a1.unsqueeze(-3) + a0,)
+    a0 = torch.randn(64, 2).t().requires_grad_()
+    a1 = torch.randn(1, 64).requires_grad_()
+    cotangent = torch.randn(1, 2, 64)
+    expected = torch.autograd.grad(fn(a0, a1), [a0, a1], cotangent)
+    actual = torch.autograd.grad(compile_fn(fn, codegen)(a0, a1), [a0, a1], cotangent)
+    assert_same(actual, expected, atol=1e-6, rtol=1e-6, what="gradient")

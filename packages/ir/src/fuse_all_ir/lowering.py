@@ -12,9 +12,10 @@ import torch.fx
 
 from . import dtypes
 from ._torch_compat import backed_size_values, real_tensor_mode
-from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, load
+from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, load, op
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .lowering_mutations import deferrable_input_copy, write_back_inputs
+from .lowering_outputs import view_of_realized_source
 from .symbolic import free_size_symbols
 from .vocabulary import NodeKind, reduction
 
@@ -112,6 +113,7 @@ class GraphLowering:
         self.nodes: dict[str, Node] = {}
         self.externs: list[ExternCall] = []
         self.inputs: list[GraphInput] = []
+        self.traced_inputs: dict[str, torch.Tensor] = {}   # input buffer -> its traced (fake) tensor
         self.size_symbols: dict = {}
         self.size_hints: dict = {}
         self.fallbacks: list = []
@@ -259,6 +261,7 @@ class GraphLowering:
         val = node.meta.get("val", example)
         if isinstance(val, torch.Tensor):
             spec = spec_of(val, self.device)
+            self.traced_inputs[name] = val
             self.inputs.append(GraphInput(name, "tensor", spec=spec))
             self.nodes[name] = Node(name, NodeKind.INPUT, spec)
             self.env[node.name] = buffer_value(name, spec)
@@ -329,6 +332,7 @@ class GraphLowering:
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n.name])
             try:
                 result = _tag_origins(lowering(self, *args, **kwargs), CURRENT_ORIGIN.get())
+                result = _with_traced_dtypes(result, node.meta.get("val"))
                 self._maybe_realize(node, result)
                 return result
             except (Unsupported, dtypes.UnsupportedDtype, NotImplementedError) as exc:
@@ -382,9 +386,9 @@ class GraphLowering:
                 # a view stays a view: outputs alias each other and the inputs as in eager (AOTAutograd
                 # rebuilds an output that aliases an input from the returned tensor's storage offset)
                 return self.as_ref(value)
-            expanded = self._expand_of_realized_source(arg, stride)
-            if expanded is not None:
-                return expanded
+            broadcast = view_of_realized_source(self, arg, stride)
+            if broadcast is not None:
+                return broadcast
             aliased = self._input_view_from_meta(arg)
             if aliased is not None:
                 return aliased
@@ -411,8 +415,13 @@ class GraphLowering:
                 and isinstance(source_val, torch.Tensor)
                 and self.nodes[source.view.buffer].kind == "input"):
             return None
+        # the traced source must itself be the input's storage: a lowering may give a fresh tensor as a view
+        # of an input (a sum over a size-1 dim is its operand), laid out as the input, not as traced
+        # (a gradient read a (1, 2, 64) tangent of strides (128, 1, 2) as contiguous: fuzz seed 88 index 1462)
+        traced_input = self.traced_inputs.get(source.view.buffer)
         try:
-            same_storage = val.untyped_storage()._cdata == source_val.untyped_storage()._cdata
+            same_storage = (val.untyped_storage()._cdata == source_val.untyped_storage()._cdata
+                            == traced_input.untyped_storage()._cdata)
         except Exception:  # noqa: BLE001 - no storage to compare: not provably a view
             return None
         if not same_storage:
@@ -421,22 +430,6 @@ class GraphLowering:
         spec = TensorSpec(source.dtype, tuple(sym(n) for n in val.shape), tuple(sym(n) for n in val.stride()),
                           offset, self.device)
         return BufferRef(source.view.buffer, spec)
-
-    def _expand_of_realized_source(self, node: torch.fx.Node, stride):
-        """An output that is `expand` (stride 0) of a computed value: the value is made a buffer and the
-        output returned as the stride-0 view of it, as eager does, instead of a materialised copy."""
-        if (node.target is not torch.ops.aten.expand.default or stride is None or 0 not in stride
-                or not isinstance(node.args[0], torch.fx.Node)):
-            return None
-        source = self.env[node.args[0].name]
-        if not isinstance(source, Value):
-            return None
-        self.realize(source, _meta_stride(node.args[0]))
-        args = torch.fx.node.map_arg(node.args[1:], lambda n: self.env[n.name])
-        expanded = LOWERINGS[torch.ops.aten.expand.default](self, source, *args)
-        if expanded.view is None or tuple(expanded.view.stride) != tuple(stride):
-            return None
-        return self.as_ref(expanded)
 
 
 # the `.default` overloads of the view ops (transpose, slice and select have none: `.int`, `.Tensor`)
@@ -448,6 +441,23 @@ _VIEW_OPS = frozenset(getattr(torch.ops.aten, name).default for name in (
 def _meta_stride(node: torch.fx.Node):
     val = node.meta.get("val")
     return [sym(s) for s in val.stride()] if isinstance(val, torch.Tensor) else None
+
+
+def _with_traced_dtypes(result, val):
+    """Each result in the dtype the graph traced it with: that is the contract with the graph's other
+    consumers, the backward graph among them, which reads a saved tensor with its traced dtype whatever
+    this graph wrote. Where ATen's dtype depends on the device a lowering may compute wider (CPU's
+    native_layer_norm keeps a float16 input's mean and rstd in float16, CUDA's in float32: a float32
+    buffer read as float16 by the backward gave gradients of 150 for 0, fuzz seed 51 index 1496)."""
+    if isinstance(result, (tuple, list)) and isinstance(val, (tuple, list)) and len(result) == len(val):
+        return type(result)(_with_traced_dtypes(r, v) for r, v in zip(result, val))
+    if not (isinstance(result, Value) and isinstance(val, torch.Tensor) and dtypes.is_supported(val.dtype)):
+        return result
+    traced = _dtype_str(val.dtype)
+    if result.dtype == traced:
+        return result
+    inner = result.loader
+    return Value(result.size, traced, lambda index: op("cast", (inner(index),), traced), origin=result.origin)
 
 
 def _tag_origins(result, origin):

@@ -30,7 +30,7 @@ def _index_of(stmt):
 def _rewrite(kernel: Kernel, outer, reduction, subs: dict, expand: bool = False) -> Kernel:
     def new(expr):
         expr = sympy.sympify(expr).xreplace(subs)
-        return sympy.expand(expr) if expand and expr.has(sympy.Pow) else expr
+        return sympy.expand(expr) if expand and _has_division(expr) else expr
 
     def fix(stmt):
         if isinstance(stmt, (Load, Store)):
@@ -98,9 +98,10 @@ def merge(kernel: Kernel) -> Kernel:
             if _mergeable(kernel, sizes, var, i, all_vars):
                 # s_a*v_i + s_b*v_{i+1} with s_a = s_b*n_b is s_b*v' for v' = n_b*v_i + v_{i+1} over n_a*n_b:
                 # substitute v_i -> v'/n_b (the n_b cancels) and v_{i+1} -> 0; xreplace is simultaneous.
-                # A symbolic n_b cancels only once expanded: s*(v'/s + 1) stays a product of a division
-                # (which no codegen prints as integer arithmetic) until sympy distributes it (fuzz seed 41
-                # index 206: a narrow of an (s, 1, s) buffer under dynamic shapes)
+                # The n_b cancels only once expanded: s*(v'/s + 1) stays a product of a division (which no
+                # codegen prints as integer arithmetic) until sympy distributes it (fuzz seed 41 index 206:
+                # a narrow of an (s, 1, s) buffer under dynamic shapes), and so does a constant n_b in a
+                # symbolic stride, v'*(12*s + 36)/12 (fuzz seed 51 index 789: a padded dim's stride)
                 inner = sympy.sympify(sizes[i + 1])
                 subs = {var(i): var(i) / inner, var(i + 1): sympy.Integer(0)}
                 subs.update({var(j): var(j - 1) for j in range(i + 2, len(sizes))})
@@ -114,10 +115,14 @@ def merge(kernel: Kernel) -> Kernel:
     return kernel
 
 
+def _has_division(expr) -> bool:
+    return any((isinstance(a, sympy.Pow) and a.exp.is_negative) or (a.is_Rational and not a.is_Integer)
+               for a in sympy.preorder_traversal(expr))
+
+
 def _integral(expr) -> bool:
     """No division left over (a merge whose strides did not cancel is not taken)."""
-    return not any((isinstance(a, sympy.Pow) and a.exp.is_negative) or (a.is_Rational and not a.is_Integer)
-                   for a in sympy.preorder_traversal(sympy.expand(expr)))
+    return not _has_division(sympy.expand(expr))
 
 
 def normalize(kernel: Kernel) -> Kernel:

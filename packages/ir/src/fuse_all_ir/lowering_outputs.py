@@ -1,0 +1,73 @@
+"""Graph outputs that traced as views of a computed value with a broadcast (stride-0) dim.
+
+`v.expand(...)[:, ::2]`, `v.unsqueeze(1).expand(...).mT.select(2, -1)`: the view lowerings keep a `View` only
+over a buffer, so a view chain over a computed value `v` is an expression, and returning it meant writing
+every broadcast element out: a copy with other strides than the traced graph's in *every* dim (the stride-0
+dim's extent multiplies the outer strides), n times the memory of `v`, and a tensor that in-place writes
+accept where eager's raises (fuzz seed 51 index 921 and 3222, seed 45 index 1144, seed 46 index 174).
+Here `v` becomes a buffer laid out as traced and the chain is lowered again on it, which gives the view
+with the traced strides, as eager returns it.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+
+from .nodes import Value
+from .program import BufferRef
+
+
+def _is_view_op(target) -> bool:
+    return isinstance(target, torch._ops.OpOverload) and bool(getattr(target, "is_view", False))
+
+
+def _view_chain(node: torch.fx.Node) -> tuple[torch.fx.Node, list[torch.fx.Node]]:
+    """(base, the view nodes from the base to `node`): `getitem` of a multi-output view (split, unbind)
+    counts as part of the view it takes from."""
+    chain = []
+    while node.op == "call_function" and node.args and isinstance(node.args[0], torch.fx.Node):
+        source = node.args[0]
+        if _is_view_op(node.target) or (node.target is operator.getitem and _is_view_op(source.target)):
+            chain.append(node)
+            node = source
+        else:
+            break
+    return node, chain[::-1]
+
+
+def view_of_realized_source(g, node: torch.fx.Node, stride) -> BufferRef | None:
+    """The output `node` as a view of a buffer holding its base value, when that gives the traced strides."""
+    if stride is None or 0 not in stride:
+        return None
+    lowered = g.env.get(node.name)
+    if isinstance(lowered, Value) and lowered.view is not None and _same_strides(lowered.view, stride):
+        return g.as_ref(lowered)   # a view of a buffer already, apart from strides of size-1 dims
+    base, chain = _view_chain(node)
+    source = g.env.get(base.name)
+    if not chain or not isinstance(source, Value) or source.view is not None:
+        return None
+    from .lowering import LOWERINGS, Unsupported, _meta_stride   # lowering imports this module
+    g.realize(source, _meta_stride(base))
+    value = source
+    try:
+        for step in chain:
+            if step.target is operator.getitem:
+                value = value[step.args[1]]
+                continue
+            args = torch.fx.node.map_arg(step.args[1:], lambda n: g.env[n.name])
+            kwargs = torch.fx.node.map_arg(step.kwargs, lambda n: g.env[n.name])
+            value = LOWERINGS[step.target](g, value, *args, **kwargs)
+    except (KeyError, Unsupported, NotImplementedError):
+        return None
+    if not isinstance(value, Value) or value.view is None or not _same_strides(value.view, stride):
+        return None
+    return g.as_ref(value)
+
+
+def _same_strides(view, stride) -> bool:
+    """Equal strides in the dims of size > 1 (a keepdim reduction's size-1 dim may have another stride
+    than the meta function gave it: `amax(1, keepdim=True).unsqueeze(2).expand(...)`, seed 88 index 2153)."""
+    return len(view.stride) == len(stride) and all(
+        n == 1 or got == want for n, got, want in zip(view.size, view.stride, stride))
