@@ -144,6 +144,11 @@ def _decompositions() -> dict:
 def compile_graph(graph, opts: Options, mode=None, cacheable: bool = False):
     """Compile one ATen graph (inference, forward or backward); returns a boxed callable (which carries
     its AOTAutograd cache entry when `cacheable`, see graph_cache.py)."""
+    with ir.gc_pause.paused():     # its full collections walk the whole process: see gc_pause.py
+        return _compile_graph(graph, opts, mode, cacheable)
+
+
+def _compile_graph(graph, opts: Options, mode, cacheable: bool):
     start = time.perf_counter()
     record = CompiledGraph(graph.graph_id, graph.kind, graph.device)
     outputs = emit.GraphOutputs.start(graph)   # what the debug folder, TORCH_LOGS and TORCH_TRACE show

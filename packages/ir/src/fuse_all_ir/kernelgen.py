@@ -13,7 +13,7 @@ import sympy
 from .indexing import simplify_index
 from .nodes import E, Node, mask_loads
 from .program import Compute, Const, IndexValue, Kernel, Load, Loop, Reduce, Store
-from .symbolic import free_size_symbols, rvar, xvar
+from .symbolic import free_size_symbols, linear_index, rvar, xvar
 from .tiling import plan_tiling
 
 
@@ -25,9 +25,16 @@ def iteration_ranges(node: Node) -> tuple[tuple, tuple]:
     """(outer, reduction) ranges of a node's own loops, outer in storage (iteration) order. Dimensions of
     size 1 are dropped: they don't loop, and views that add or remove them ((1, 12, 768) vs (12, 768))
     then still land in one kernel."""
+    key = (node.kind, node.spec.size, node.iter_order, node.reduction_size)
+    memo = node.__dict__.get("_ranges")      # fusion asks for every member of every probe kernel
+    if memo is not None and memo[0] == key:
+        return memo[1]
     if node.kind == "reduction":
-        return _loops(node.spec.size), _loops(node.reduction_size)
-    return _loops(node.spec.size[d] for d in node.iter_order), ()
+        ranges = _loops(node.spec.size), _loops(node.reduction_size)
+    else:
+        ranges = _loops(node.spec.size[d] for d in node.iter_order), ()
+    node.__dict__["_ranges"] = (key, ranges)
+    return ranges
 
 
 def _loops(sizes) -> tuple:
@@ -83,15 +90,44 @@ class Group:
 
 
 def _same(a, b) -> bool:
-    return len(a) == len(b) and all(x == y or sympy.expand(x - y) == 0 for x, y in zip(a, b))
+    return len(a) == len(b) and all(x == y or _equal_sizes(x, y) for x, y in zip(a, b))
 
 
-def node_index(group: Group, node: Node):
-    """The node's logical index (and reduction index) in the group's loop variables."""
+_EQUAL: dict = {}     # (x, y) -> whether the sizes are equal once expanded; fusion probes ask again and again
+
+
+def _equal_sizes(x, y) -> bool:
+    key = (x, y)
+    found = _EQUAL.get(key)
+    if found is None:
+        if len(_EQUAL) >= 50_000:
+            _EQUAL.clear()
+        found = _EQUAL[key] = sympy.expand(x - y) == 0
+    return found
+
+
+def node_index(group: Group, node: Node, space: str | None = None):
+    """The node's logical index (and reduction index) in the group's loop variables (`space`: the node's
+    `group.space_of`, when the caller knows it). Memoised per node and group space: fusion's probes build
+    the same members into a growing kernel again and again."""
+    if node.kind != "reduction" and space is None:
+        space = group.space_of(node)
+    key = (group.outer, group.reduction, group.full_vars, space == "red", node.spec.size, node.iter_order,
+           node.reduction_size)
+    memo = node.__dict__.setdefault("_node_index", {})
+    found = memo.get(key)
+    if found is None:
+        index, red = _node_index(group, node, space)
+        found = memo[key] = (tuple(index), tuple(red) if red is not None else None)
+    index, red = found
+    return list(index), (list(red) if red is not None else None)
+
+
+def _node_index(group: Group, node: Node, space: str | None):
     if node.kind == "reduction":
         return (_assign(node.spec.size, (xvar(k) for k in range(len(group.outer)))),
                 _assign(node.reduction_size, (rvar(k) for k in range(len(group.reduction)))))
-    if group.space_of(node) == "red":
+    if space == "red":
         loop_vars = list(group.full_loop_vars())
     else:
         loop_vars = [xvar(k) for k in range(len(group.outer))]
@@ -103,7 +139,12 @@ def node_index(group: Group, node: Node):
 
 
 def store_index(node: Node, index) -> sympy.Expr:
-    return node.spec.offset + sum((i * s for i, s in zip(index, node.spec.stride)), sympy.Integer(0))
+    key = (tuple(index), node.spec.offset, node.spec.stride)
+    memo = node.__dict__.setdefault("_store_index", {})    # memoised as `node_index` is
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = linear_index(node.spec.offset, index, node.spec.stride)
+    return found
 
 
 class KernelBuilder:
@@ -114,6 +155,7 @@ class KernelBuilder:
         self.ranges.update({rvar(k): n for k, n in enumerate(group.reduction)})
         self.reduced: dict[str, str] = {}       # reduction member -> SSA name of its result
         self.depth = self._depths()
+        self.spaces = {m.name: group.space_of(m) for m in group.members if m.kind != "reduction"}
         self.origins: list = []
         self._counter = 0
 
@@ -153,7 +195,7 @@ class KernelBuilder:
                 slots.setdefault((True, d), []).append(("reduce", m))
                 if m.name in self.stored:
                     slots.setdefault((False, d + 1), []).append(("store_reduced", m))
-            elif self.group.space_of(m) == "red":
+            elif self.spaces[m.name] == "red":
                 slots.setdefault((True, d), []).append(("pointwise", m))
             else:
                 slots.setdefault((False, d), []).append(("pointwise", m))
@@ -163,7 +205,7 @@ class KernelBuilder:
         what, m = item
         self.origins.extend(m.origins)
         if what == "reduce":
-            outer_index, red_index = node_index(self.group, m)
+            outer_index, red_index = node_index(self.group, m, self.spaces.get(m.name))
             value = self.emit(m.expression(outer_index, red_index))
             dtype = m.spec.dtype
             # one Reduce per (op, value): identical reductions that sibling fusion brought into one kernel
@@ -172,10 +214,10 @@ class KernelBuilder:
             self.reduced[m.name] = self._add(("reduce", m.reduction_op, value, dtype),
                                              lambda n: Reduce(n, m.reduction_op, value, dtype))
         elif what == "store_reduced":
-            outer_index, _ = node_index(self.group, m)
+            outer_index, _ = node_index(self.group, m, self.spaces.get(m.name))
             self.body.append(Store(m.name, self._simplify(store_index(m, outer_index)), self.reduced[m.name]))
         elif m.name in self.stored:
-            index, _ = node_index(self.group, m)
+            index, _ = node_index(self.group, m, self.spaces.get(m.name))
             value = self.emit(m.expression(index))
             self.body.append(Store(m.name, self._simplify(store_index(m, index)), value))
 
@@ -228,7 +270,7 @@ class KernelBuilder:
     def _reduced_value(self, member: Node, e: E) -> str:
         if member.name not in self.reduced:
             raise IllegalFusion(f"{member.name} is read before its reduction finished")
-        outer_index, _ = node_index(self.group, member)
+        outer_index, _ = node_index(self.group, member, self.spaces.get(member.name))
         expected = self._simplify(store_index(member, outer_index))
         if sympy.expand(self._simplify(e.index) - expected) != 0:
             raise IllegalFusion(f"reads reduction {member.name} of another row ({e.index} vs {expected})")
