@@ -133,3 +133,17 @@ def test_kernel_sharing_renames_whole_words_only():
               "  buf12[x0] = buf1[x0] + buf1x + xbuf1 + kernel_12 + ks0*ks01; // buf1\n}\n")
     for params in (["buf1", "buf12", "ks0"], ["buf12", "buf1"], [], ["ks0"]):
         assert normalized(source, "kernel_1", params, "//") == word_by_word(source, "kernel_1", params, "//")
+
+
+def test_sizes_equal_is_expanded_equality():
+    from fuse_all_ir.symbolic import sizes_equal
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    assert sizes_equal(s0 * (s0 + 1), s0**2 + s0)
+    assert sizes_equal(s0 * (s0 + 1), s0**2 + s0)            # again, from the memo
+    assert not sizes_equal(2 * s0, s0 + 2)
+    assert sizes_equal(6, sympy.Integer(6)) and not sizes_equal(sympy.Integer(6), 7)
+    # Integers and Floats hash alike: the memo keeps them apart and answers as the plain computation does
+    pairs = [(sympy.Integer(2), sympy.Float(2.0)), (sympy.Float(2.0), sympy.Integer(2)), (sympy.Integer(2), 2),
+             (sympy.Float(0.5) * s0, s0 / 2), (s0 / 2, sympy.Rational(1, 2) * s0)]
+    for x, y in pairs + pairs[::-1]:
+        assert sizes_equal(x, y) == (sympy.expand(sympy.sympify(x) - sympy.sympify(y)) == 0), (x, y)

@@ -62,16 +62,15 @@ _SIMPLIFIED: dict = {}    # (expr, ranges) -> simplified; fusion probes rebuild 
 _SIMPLIFIED_MAX = 50_000
 
 
-def simplify_index(expr, ranges: dict):
-    expr = sympy.sympify(expr)
-    if not expr.has(FloorDiv, ModularIndexing):
-        return expr
-    key = (expr, tuple(ranges.items()))
+def simplify_index(expr, ranges: dict, ranges_key: tuple | None = None):
+    """`ranges_key`: `tuple(ranges.items())`, when the caller keeps it (a kernel builder asks per index)."""
+    key = (expr, tuple(ranges.items()) if ranges_key is None else ranges_key)
     found = _SIMPLIFIED.get(key)
     if found is None:
         if len(_SIMPLIFIED) >= _SIMPLIFIED_MAX:
             _SIMPLIFIED.clear()
-        found = _SIMPLIFIED[key] = _simplify_index(expr, ranges)
+        expr = sympy.sympify(expr)
+        found = _SIMPLIFIED[key] = _simplify_index(expr, ranges) if expr.has(FloorDiv, ModularIndexing) else expr
     return found
 
 

@@ -13,7 +13,7 @@ import sympy
 from .indexing import simplify_index
 from .nodes import E, Node, mask_loads
 from .program import Compute, Const, IndexValue, Kernel, Load, Loop, Reduce, Store
-from .symbolic import free_size_symbols, linear_index, rvar, xvar
+from .symbolic import free_size_symbols, linear_index, rvar, sizes_equal, xvar
 from .tiling import plan_tiling
 
 
@@ -90,20 +90,7 @@ class Group:
 
 
 def _same(a, b) -> bool:
-    return len(a) == len(b) and all(x == y or _equal_sizes(x, y) for x, y in zip(a, b))
-
-
-_EQUAL: dict = {}     # (x, y) -> whether the sizes are equal once expanded; fusion probes ask again and again
-
-
-def _equal_sizes(x, y) -> bool:
-    key = (x, y)
-    found = _EQUAL.get(key)
-    if found is None:
-        if len(_EQUAL) >= 50_000:
-            _EQUAL.clear()
-        found = _EQUAL[key] = sympy.expand(x - y) == 0
-    return found
+    return len(a) == len(b) and all(x == y or sizes_equal(x, y) for x, y in zip(a, b))
 
 
 def node_index(group: Group, node: Node, space: str | None = None):
@@ -153,6 +140,7 @@ class KernelBuilder:
         self.members = {m.name: m for m in group.members}
         self.ranges = {xvar(k): n for k, n in enumerate(group.outer)}
         self.ranges.update({rvar(k): n for k, n in enumerate(group.reduction)})
+        self.ranges_key = tuple(self.ranges.items())
         self.reduced: dict[str, str] = {}       # reduction member -> SSA name of its result
         self.depth = self._depths()
         self.spaces = {m.name: group.space_of(m) for m in group.members if m.kind != "reduction"}
@@ -226,7 +214,7 @@ class KernelBuilder:
         return f"t{self._counter}"
 
     def _simplify(self, expr):
-        return simplify_index(expr, self.ranges)
+        return simplify_index(expr, self.ranges, self.ranges_key)
 
     def _add(self, key, make):
         if key in self.cse:

@@ -121,3 +121,20 @@ def linear_index(offset, index, stride) -> sympy.Expr:
 def _is_zero(x) -> bool:
     """`x == 0` without sympy's comparison (which sympifies the 0 each time); sympy's zero is a singleton."""
     return x is sympy.S.Zero or (type(x) is int and x == 0)
+
+
+_EQUAL: dict = {}     # (x, y) -> whether the expressions are equal once expanded
+
+
+def sizes_equal(x, y) -> bool:
+    """`expand(x - y) == 0` for two sizes or strides, memoised (fusion's probes and buffer reuse compare
+    the same sizes again and again; structurally equal ones need no sympy at all)."""
+    if x is y:
+        return True
+    key = (x, y)
+    found = _EQUAL.get(key)
+    if found is None:
+        if len(_EQUAL) >= 50_000:
+            _EQUAL.clear()
+        found = _EQUAL[key] = sympy.expand(sympy.sympify(x) - sympy.sympify(y)) == 0
+    return found
