@@ -8,7 +8,9 @@ training step (measured with `bench/compile_profile.py`). Nothing a compile buil
 collector to be freed in time: what it drops is freed by reference counting, and the few cycles it leaves
 (closures of the lowering that refer back to it) are found by the next automatic collection after the
 pause. The same pause as torch's `distributed.checkpoint.state_dict` takes around its own allocation-heavy
-step.
+step. The backend holds it over its whole call, AOTAutograd's tracing included (ResNet-50 training step
+on a CPU: 1116 collections and 1.55 s of the first call's 12.8 CPU s without it, 281 and 0.75 s with it;
+peak memory 1060 -> 1078 MB).
 
 `paused()` nests and is safe from several threads at once: the collector is switched back on when the last
 pause ends, and only if it was on when the first began (a program that turned it off keeps it off).

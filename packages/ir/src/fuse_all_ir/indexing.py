@@ -5,6 +5,8 @@ loop variable's range removes most of them again, so kernels index with plain mu
 """
 from __future__ import annotations
 
+import itertools
+
 import sympy
 
 from .symbolic import FloorDiv, ModularIndexing
@@ -62,8 +64,24 @@ _SIMPLIFIED: dict = {}    # (expr, ranges) -> simplified; fusion probes rebuild 
 _SIMPLIFIED_MAX = 50_000
 
 
-def simplify_index(expr, ranges: dict, ranges_key: tuple | None = None):
-    """`ranges_key`: `tuple(ranges.items())`, when the caller keeps it (a kernel builder asks per index)."""
+_RANGES_IDS: dict = {}
+_NEXT_RANGES_ID = itertools.count()      # never reused: an id outliving a clear of the table stays unique
+
+
+def ranges_id(ranges: dict) -> int:
+    """A small key standing for these loop ranges in `simplify_index`'s memo (hashing the ranges' sympy
+    values for every index is a Python call per value; a kernel builder asks once)."""
+    key = tuple(ranges.items())
+    found = _RANGES_IDS.get(key)
+    if found is None:
+        if len(_RANGES_IDS) >= _SIMPLIFIED_MAX:
+            _RANGES_IDS.clear()
+        found = _RANGES_IDS[key] = next(_NEXT_RANGES_ID)
+    return found
+
+
+def simplify_index(expr, ranges: dict, ranges_key: int | None = None):
+    """`ranges_key`: `ranges_id(ranges)`, when the caller keeps it (a kernel builder asks per index)."""
     key = (expr, tuple(ranges.items()) if ranges_key is None else ranges_key)
     found = _SIMPLIFIED.get(key)
     if found is None:

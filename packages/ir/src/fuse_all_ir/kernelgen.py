@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from .indexing import simplify_index
+from .indexing import ranges_id, simplify_index
 from .nodes import E, Node, mask_loads
 from .program import Compute, Const, IndexValue, Kernel, Load, Loop, Reduce, Store
 from .symbolic import free_size_symbols, linear_index, rvar, sizes_equal, xvar
@@ -95,19 +95,38 @@ def _same(a, b) -> bool:
 
 def node_index(group: Group, node: Node, space: str | None = None):
     """The node's logical index (and reduction index) in the group's loop variables (`space`: the node's
-    `group.space_of`, when the caller knows it). Memoised per node and group space: fusion's probes build
-    the same members into a growing kernel again and again."""
+    `group.space_of`, when the caller knows it)."""
+    index, red, _ = _node_indices(group, node, space)
+    return list(index), (list(red) if red is not None else None)
+
+
+def node_store_index(group: Group, node: Node, space: str | None = None) -> sympy.Expr:
+    """Where the node's value at its `node_index` is stored: `store_index(node, node_index(...)[0])`."""
+    entry = _node_indices(group, node, space)
+    if entry[2] is None:
+        entry[2] = store_index(node, entry[0])
+    return entry[2]
+
+
+def _node_indices(group: Group, node: Node, space: str | None) -> list:
+    """[index, reduction index, store index or None], memoised per node and what of the group they depend
+    on (how many outer and reduction loops, the full space's order): fusion's probes build the same
+    members into a growing kernel again and again. The key holds no sympy value (hashing those is a
+    Python call per element); the memo is dropped when the node's layout object changes."""
     if node.kind != "reduction" and space is None:
         space = group.space_of(node)
-    key = (group.outer, group.reduction, group.full_vars, space == "red", node.spec.size, node.iter_order,
-           node.reduction_size)
-    memo = node.__dict__.setdefault("_node_index", {})
-    found = memo.get(key)
+    over_full_space = space == "red" and node.kind != "reduction"
+    key = (len(group.outer), len(group.reduction), over_full_space,
+           group.full_vars if over_full_space else None)
+    memo = node.__dict__.get("_node_indices")
+    layout = (node.spec, node.iter_order, node.reduction_size)
+    if memo is None or any(a is not b for a, b in zip(memo[0], layout)):
+        memo = node.__dict__["_node_indices"] = (layout, {})
+    found = memo[1].get(key)
     if found is None:
         index, red = _node_index(group, node, space)
-        found = memo[key] = (tuple(index), tuple(red) if red is not None else None)
-    index, red = found
-    return list(index), (list(red) if red is not None else None)
+        found = memo[1][key] = [tuple(index), tuple(red) if red is not None else None, None]
+    return found
 
 
 def _node_index(group: Group, node: Node, space: str | None):
@@ -126,12 +145,7 @@ def _node_index(group: Group, node: Node, space: str | None):
 
 
 def store_index(node: Node, index) -> sympy.Expr:
-    key = (tuple(index), node.spec.offset, node.spec.stride)
-    memo = node.__dict__.setdefault("_store_index", {})    # memoised as `node_index` is
-    found = memo.get(key)
-    if found is None:
-        found = memo[key] = linear_index(node.spec.offset, index, node.spec.stride)
-    return found
+    return linear_index(node.spec.offset, index, node.spec.stride)
 
 
 class KernelBuilder:
@@ -140,7 +154,7 @@ class KernelBuilder:
         self.members = {m.name: m for m in group.members}
         self.ranges = {xvar(k): n for k, n in enumerate(group.outer)}
         self.ranges.update({rvar(k): n for k, n in enumerate(group.reduction)})
-        self.ranges_key = tuple(self.ranges.items())
+        self.ranges_key = ranges_id(self.ranges)
         self.reduced: dict[str, str] = {}       # reduction member -> SSA name of its result
         self.depth = self._depths()
         self.spaces = {m.name: group.space_of(m) for m in group.members if m.kind != "reduction"}
@@ -202,12 +216,13 @@ class KernelBuilder:
             self.reduced[m.name] = self._add(("reduce", m.reduction_op, value, dtype),
                                              lambda n: Reduce(n, m.reduction_op, value, dtype))
         elif what == "store_reduced":
-            outer_index, _ = node_index(self.group, m, self.spaces.get(m.name))
-            self.body.append(Store(m.name, self._simplify(store_index(m, outer_index)), self.reduced[m.name]))
+            where = node_store_index(self.group, m, self.spaces.get(m.name))
+            self.body.append(Store(m.name, self._simplify(where), self.reduced[m.name]))
         elif m.name in self.stored:
             index, _ = node_index(self.group, m, self.spaces.get(m.name))
             value = self.emit(m.expression(index))
-            self.body.append(Store(m.name, self._simplify(store_index(m, index)), value))
+            where = node_store_index(self.group, m, self.spaces.get(m.name))
+            self.body.append(Store(m.name, self._simplify(where), value))
 
     def _new(self) -> str:
         self._counter += 1
@@ -258,8 +273,7 @@ class KernelBuilder:
     def _reduced_value(self, member: Node, e: E) -> str:
         if member.name not in self.reduced:
             raise IllegalFusion(f"{member.name} is read before its reduction finished")
-        outer_index, _ = node_index(self.group, member, self.spaces.get(member.name))
-        expected = self._simplify(store_index(member, outer_index))
+        expected = self._simplify(node_store_index(self.group, member, self.spaces.get(member.name)))
         if sympy.expand(self._simplify(e.index) - expected) != 0:
             raise IllegalFusion(f"reads reduction {member.name} of another row ({e.index} vs {expected})")
         if self.phase_is_red is False and any(s.name.startswith("r") for s in e.index.free_symbols):
