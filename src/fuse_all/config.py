@@ -54,6 +54,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_REUSE_BUFFERS", "`1`", "fuse_all_ir",
              "`0`: every intermediate buffer gets its own allocation (off: no reuse of dead buffers' memory, "
              "no in-place outputs)"),
+    Variable("FUSE_ALL_GC_PAUSE", "`1`", "fuse_all_ir",
+             "`0`: leave Python's cyclic garbage collector running while a graph compiles (by default it is "
+             "paused while the backend traces and compiles a graph: its full collections walk the whole process)"),
     Variable("FUSE_ALL_COMPILE_WORKERS", "`processes`", "fuse_all_codegen_triton",
              "`processes`: each compile thread hands its Triton compile to a worker process (Triton only, no "
              "torch; the GIL would serialise the compilers' Python front ends), which fills Triton's cache; "

@@ -49,3 +49,101 @@ def test_strides_depend_on_which_variables_are_indices():
 def test_printed_indices_keep_integers_and_floats_apart():
     assert py_index(sympy.Integer(1)) != py_index(sympy.Float(1.0))   # equal hashes, different values
     assert py_index(x0 + 1) == py_index(x0 + 1)
+
+
+# ---- the memos and fast paths of the fusion-cost work (issue 12): same answers as the plain computation
+
+def test_type_promotion_memo_agrees_with_torch():
+    import torch
+
+    from fuse_all_ir.lowerings_pointwise import _result_dtype, result_dtype
+    from fuse_all_ir.nodes import Value
+
+    def tensor(dtype, ndim):
+        return Value(tuple(sympy.Integer(2) for _ in range(ndim)), dtype, lambda index: None)
+    operands = [tensor("float32", 2), tensor("float16", 2), tensor("float64", 0), tensor("int64", 1),
+                tensor("int32", 0), tensor("bool", 3), tensor("bfloat16", 1), 2, 2.5, True,
+                sympy.Integer(3), sympy.Float(0.5), sympy.Symbol("s0", integer=True)]
+    for a in operands:
+        for b in operands:
+            for c in (None, tensor("float16", 0), 1):
+                args = (a, b) if c is None else (a, b, c)
+                first, again = result_dtype(*args), result_dtype(*args)
+                assert first == again == _result_dtype(args), args
+    # 0-dim tensors promote weakly, python scalars by kind only
+    assert result_dtype(tensor("float16", 2), tensor("float64", 0)) == "float16"
+    assert result_dtype(tensor("float16", 0), tensor("float64", 0)) == "float64"
+    assert result_dtype(tensor("int32", 1), 2.5) == ir.dtype_name(torch.get_default_dtype())
+    assert result_dtype(tensor("int32", 1), 7) == "int32"
+
+
+def test_linear_index_is_the_sum_term_by_term():
+    from fuse_all_ir.symbolic import linear_index
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    cases = [
+        (sympy.Integer(0), [x0, x1], [sympy.Integer(3), sympy.Integer(1)]),
+        (sympy.Integer(5), [sympy.Integer(0), x1, x0], [s0, sympy.Integer(0), 2 * s0]),
+        (s0, [x0 + 1, ir.FloorDiv(x1, 4)], [sympy.Integer(1), s0 + 1]),
+        (0, [x0, 0], [2, 7]),
+        (sympy.Integer(0), [], []),
+    ]
+    for offset, index, stride in cases:
+        plain = offset + sum((i * s for i, s in zip(index, stride)), sympy.Integer(0))
+        assert linear_index(offset, index, stride) == plain
+
+
+def test_size_symbol_memo_hands_out_fresh_sets():
+    from fuse_all_ir.symbolic import free_size_symbols
+    s0, s1 = sympy.Symbol("s0", integer=True), sympy.Symbol("s1", integer=True)
+    expr = x0 * s0 + x1 * s1 + 3
+    first = free_size_symbols(expr)
+    assert first == {s0, s1}
+    first.add(sympy.Symbol("s9"))                 # a caller that grows its result
+    assert free_size_symbols(expr) == {s0, s1}
+
+
+def test_node_index_memo_follows_the_groups_space():
+    from fuse_all_ir.kernelgen import Group, node_index
+    n, c = sympy.Integer(4), sympy.Integer(8)
+    spec = ir.TensorSpec("float32", (n, c), (c, sympy.Integer(1)), sympy.Integer(0))
+    node = Node("buf1", "pointwise", spec, body=lambda index: load("buf0", index[0] * 8 + index[1], "float32"),
+                iter_order=(0, 1))
+    pointwise = Group((n, c), (), [node])
+    # over a reduction's full space, walked in another order (full_vars): other loop variables
+    reduction = Group((c,), (n,), [node], full_vars=(ir.rvar(0), ir.xvar(0)))
+    assert node_index(pointwise, node) == ([x0, x1], None)
+    assert node_index(reduction, node) == ([ir.rvar(0), x0], None)
+    assert node_index(pointwise, node) == ([x0, x1], None)
+    index, _ = node_index(pointwise, node)
+    index.append("changed by a caller")
+    assert node_index(pointwise, node) == ([x0, x1], None)
+
+
+def test_kernel_sharing_renames_whole_words_only():
+    import re
+
+    from fuse_all_ir.kernel_sharing import normalized
+
+    def word_by_word(source, name, params, prefix):   # the renaming before the one-pattern version
+        lines = [line for line in source.splitlines() if not line.lstrip().startswith(prefix)]
+        renames = {p: f"__p{i}__" for i, p in enumerate(params)}
+        renames[name] = "__kernel__"
+        return re.sub(r"\b\w+\b", lambda m: renames.get(m.group(0), m.group(0)), "\n".join(lines))
+    source = ("// kernel_1 reads buf1\nvoid kernel_1(float* buf1, float* buf12, long ks0) {\n"
+              "  buf12[x0] = buf1[x0] + buf1x + xbuf1 + kernel_12 + ks0*ks01; // buf1\n}\n")
+    for params in (["buf1", "buf12", "ks0"], ["buf12", "buf1"], [], ["ks0"]):
+        assert normalized(source, "kernel_1", params, "//") == word_by_word(source, "kernel_1", params, "//")
+
+
+def test_sizes_equal_is_expanded_equality():
+    from fuse_all_ir.symbolic import sizes_equal
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    assert sizes_equal(s0 * (s0 + 1), s0**2 + s0)
+    assert sizes_equal(s0 * (s0 + 1), s0**2 + s0)            # again, from the memo
+    assert not sizes_equal(2 * s0, s0 + 2)
+    assert sizes_equal(6, sympy.Integer(6)) and not sizes_equal(sympy.Integer(6), 7)
+    # Integers and Floats hash alike: the memo keeps them apart and answers as the plain computation does
+    pairs = [(sympy.Integer(2), sympy.Float(2.0)), (sympy.Float(2.0), sympy.Integer(2)), (sympy.Integer(2), 2),
+             (sympy.Float(0.5) * s0, s0 / 2), (s0 / 2, sympy.Rational(1, 2) * s0)]
+    for x, y in pairs + pairs[::-1]:
+        assert sizes_equal(x, y) == (sympy.expand(sympy.sympify(x) - sympy.sympify(y)) == 0), (x, y)

@@ -196,8 +196,11 @@ def _report_changed_output_strides(gm: torch.fx.GraphModule, traced: list[tuple[
 
 def _size_hints(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> dict[str, int]:
     """Hints of the symbols this graph uses; the ShapeEnv also knows symbols Dynamo later specialized."""
+    env = compat.shape_env(example_inputs)
+    if not compat.backed_values(env):    # static shapes: no hint to find (walking every node's value costs)
+        return {}
     values = list(example_inputs) + [node.meta.get("val") for node in gm.graph.nodes]
-    return compat.backed_size_hints(compat.shape_env(example_inputs), compat.free_symbol_names(values))
+    return compat.backed_size_hints(env, compat.free_symbol_names(values))
 
 
 def _written_inputs(gm: torch.fx.GraphModule) -> list[int]:

@@ -146,16 +146,23 @@ def free_symbol_names(values: Iterable[Any]) -> set[str]:
     return names
 
 
-def backed_size_hints(env: Any, names: set[str]) -> dict[str, int]:
-    """Symbol name -> the example value Dynamo traced with, for `names` (unbacked symbols have none)."""
-    if env is None or not names:
+def backed_values(env: Any) -> dict:
+    """The ShapeEnv's symbol -> example value table ({} without a ShapeEnv)."""
+    if env is None:
         return {}
     # 2.14 renamed var_to_val to backed_var_to_val and deprecated the old name (with a warning).
     values = getattr(env, "backed_var_to_val", None)
     if values is None:
         values = getattr(env, "var_to_val", None) or {}
+    return values
+
+
+def backed_size_hints(env: Any, names: set[str]) -> dict[str, int]:
+    """Symbol name -> the example value Dynamo traced with, for `names` (unbacked symbols have none)."""
+    if env is None or not names:
+        return {}
     hints = {}
-    for symbol, value in values.items():
+    for symbol, value in backed_values(env).items():
         if str(symbol) not in names:
             continue
         try:

@@ -21,7 +21,7 @@ from .cache_dirs import (
     UnsafeDirectory, LockWaitAbandoned, atomic_write, cache_root, caches_disabled, check_private, exclusive_lock, make_private, private_dir,
     read_regular_file, sweep_stale_temps, temp_file, user_cache_dir,
 )
-from . import compile_timing, kernel_sharing
+from . import compile_timing, gc_pause, kernel_sharing
 from . import portable_caches   # registers fuse-all's entries with torch.compiler.save_cache_artifacts
 from .host import (HostProgramError, KernelTarget, extern_range_name, graph_range_name, kernel_range_name,
                    load_host_program, render_host_program, unresolved_names)
@@ -51,5 +51,5 @@ __all__ = [
     "ModularIndexing", "rvar", "size_symbol", "xvar", "contiguous_strides", "prefer_channels_last", "adopt_input_strides", "decide_channels_last", "LayoutDecision", "convolutions", "choose_column_splits", "choose_row_splits", "split_reductions", "graph_range_name", "kernel_range_name",
     "extern_range_name", "InvalidProgram", "validate_kernel", "validate_program",
     "UnsafeDirectory", "LockWaitAbandoned", "atomic_write", "cache_root", "caches_disabled", "check_private", "exclusive_lock", "make_private",
-    "private_dir", "portable_caches", "compile_timing", "kernel_sharing", "read_regular_file", "sweep_stale_temps", "temp_file", "user_cache_dir",
+    "private_dir", "portable_caches", "compile_timing", "gc_pause", "kernel_sharing", "read_regular_file", "sweep_stale_temps", "temp_file", "user_cache_dir",
 ]

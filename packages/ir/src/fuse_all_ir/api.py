@@ -10,6 +10,7 @@ from . import lowerings_pointwise, lowerings_pool, lowerings_reduce, lowerings_v
 from .choices import FusionChoices
 from .column_split import split_reductions
 from .compile_timing import phase
+from .gc_pause import paused as gc_paused
 from .lowering import LOWERINGS, GraphLowering
 from .memory import plan_reuse
 from .nodes import LoweredGraph
@@ -31,6 +32,11 @@ def lower(gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", dev
     None means "when FUSE_ALL_VALIDATE=1". `reuse_buffers`: allocations take the memory of dead buffers
     (`memory.plan_reuse`); None means "unless FUSE_ALL_REUSE_BUFFERS=0". `choices`: the fusion heuristics
     of the target the Program is for (`KernelTarget.choices`); None: the target-neutral `FusionChoices`."""
+    with gc_paused():
+        return _lower(gm, example_inputs, graph_id, device, validate, reuse_buffers, choices)
+
+
+def _lower(gm, example_inputs, graph_id, device, validate, reuse_buffers, choices) -> Compiled:
     with phase("lowering"):
         lowered = GraphLowering(gm, example_inputs, graph_id, device).run()
     with phase("fusion_schedule"):

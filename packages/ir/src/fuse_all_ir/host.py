@@ -218,11 +218,12 @@ def render_host_program(program: Program, target: KernelTarget) -> str:
     if cuda_index is not None:
         slow += f" or current_cuda_device() != {cuda_index}"
     lines += ["", "", "def call(args):", f"    if {slow}:", "        return _call_profiled(args)"]
-    lines += ["    " + line for line in _render_call_body(program, target)]
+    plain, profiled = _render_call_bodies(program, target)
+    lines += ["    " + line for line in plain]
     guard = "" if cuda_index is None else f"torch.cuda.device({cuda_index}), "
     lines += ["", "", "def _call_profiled(args):",
               f"    with {guard}_fa_range({graph_range_name(program.graph_id)!r}):"]
-    lines += ["        " + line for line in _render_call_body(program, target, profiled=True)]
+    lines += ["        " + line for line in profiled]
     lines += ["", "", _render_main(program)]
     source = "\n".join(lines) + "\n"
     missing = unresolved_names(source)
@@ -276,7 +277,9 @@ def _in_range(name: str, lines: list[str]) -> list[str]:
     return [f"with _fa_range({name!r}):", *("    " + line for line in lines)]
 
 
-def _render_call_body(program: Program, target: KernelTarget, profiled: bool = False) -> list[str]:
+def _render_call_bodies(program: Program, target: KernelTarget) -> tuple[list[str], list[str]]:
+    """The body of `call` and of `_call_profiled` (each kernel launch and ATen call inside its profiler
+    range), rendered in one pass: the steps' lines are the same in both."""
     names = [inp.name for inp in program.inputs]
     body = []
     if names:
@@ -286,39 +289,44 @@ def _render_call_body(program: Program, target: KernelTarget, profiled: bool = F
         body.append(f"{sym} = {host_expr}")
     if program.kernels and hasattr(target, "render_call_prologue"):
         body += target.render_call_prologue(program)
+    profiled = list(body)
     externs = 0
     specs = memory.buffer_specs(program)
     handles = _extern_handle_names(program)
     for step in program.steps:
-        if isinstance(step, Alloc) and step.reuse is not None:
-            spec = specs[step.buffer]
-            if step.in_place:
-                body.append(f"{step.buffer} = {step.reuse}; del {step.reuse}  # reuses {step.reuse} in place")
-            elif memory.same_layout(spec, specs[step.reuse]):
-                body.append(f"{step.buffer} = {step.reuse}; del {step.reuse}  # reuse")
-            else:
-                body.append(f"{step.buffer} = reinterpret_tensor({step.reuse}, {py_tuple(spec.size)}, "
-                            f"{py_tuple(spec.stride)}, 0); del {step.reuse}  # reuse")
-        elif isinstance(step, Alloc):
-            body.append(_alloc(step.buffer, program.buffers[step.buffer], program.device))
-        elif isinstance(step, Free):
-            body.append(f"del {step.buffer}")
-        elif isinstance(step, KernelCall):
-            kernel = program.kernels[step.kernel]
-            launch = [target.render_launch(kernel, list(kernel.inputs) + list(kernel.outputs),
-                                           [str(s) for s in kernel.size_symbols])]
-            body += _in_range(kernel_range_name(program.graph_id, kernel.name), launch) if profiled else launch
+        lines, range_name = _render_step(program, target, step, specs, handles), None
+        if isinstance(step, KernelCall):
+            range_name = kernel_range_name(program.graph_id, program.kernels[step.kernel].name)
         elif isinstance(step, ExternCall):
-            lines = _render_extern(step, handles)
-            if profiled:
-                lines = _in_range(extern_range_name(program.graph_id, externs, str(step.target)), lines)
+            range_name = extern_range_name(program.graph_id, externs, str(step.target))
             externs += 1
-            body += lines
-        else:
-            raise TypeError(f"unknown step {step!r}")
+        body += lines
+        profiled += lines if range_name is None else _in_range(range_name, lines)
     outs = [_render_output(o) for o in program.outputs]
-    body.append("return (" + ", ".join(outs) + ("," if len(outs) == 1 else "") + ")")
-    return body
+    returned = "return (" + ", ".join(outs) + ("," if len(outs) == 1 else "") + ")"
+    return body + [returned], profiled + [returned]
+
+
+def _render_step(program: Program, target: KernelTarget, step, specs: dict, handles: dict) -> list[str]:
+    if isinstance(step, Alloc) and step.reuse is not None:
+        spec = specs[step.buffer]
+        if step.in_place:
+            return [f"{step.buffer} = {step.reuse}; del {step.reuse}  # reuses {step.reuse} in place"]
+        if memory.same_layout(spec, specs[step.reuse]):
+            return [f"{step.buffer} = {step.reuse}; del {step.reuse}  # reuse"]
+        return [f"{step.buffer} = reinterpret_tensor({step.reuse}, {py_tuple(spec.size)}, "
+                f"{py_tuple(spec.stride)}, 0); del {step.reuse}  # reuse"]
+    if isinstance(step, Alloc):
+        return [_alloc(step.buffer, program.buffers[step.buffer], program.device)]
+    if isinstance(step, Free):
+        return [f"del {step.buffer}"]
+    if isinstance(step, KernelCall):
+        kernel = program.kernels[step.kernel]
+        return [target.render_launch(kernel, list(kernel.inputs) + list(kernel.outputs),
+                                     [str(s) for s in kernel.size_symbols])]
+    if isinstance(step, ExternCall):
+        return _render_extern(step, handles)
+    raise TypeError(f"unknown step {step!r}")
 
 
 def _extern_handle_names(program: Program) -> dict[str, str]:

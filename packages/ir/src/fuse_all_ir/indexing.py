@@ -13,6 +13,8 @@ provably non-negative numerator with their native (truncating) `/` and `%`, any 
 """
 from __future__ import annotations
 
+import itertools
+
 import sympy
 
 from .symbolic import FloorDiv, ModularIndexing
@@ -139,16 +141,31 @@ _SIMPLIFIED: dict = {}    # (expr, ranges) -> simplified; fusion probes rebuild 
 _SIMPLIFIED_MAX = 50_000
 
 
-def simplify_index(expr, ranges: dict):
-    expr = sympy.sympify(expr)
-    if not expr.has(FloorDiv, ModularIndexing):
-        return expr
-    key = (expr, tuple(ranges.items()))
+_RANGES_IDS: dict = {}
+_NEXT_RANGES_ID = itertools.count()      # never reused: an id outliving a clear of the table stays unique
+
+
+def ranges_id(ranges: dict) -> int:
+    """A small key standing for these loop ranges in `simplify_index`'s memo (hashing the ranges' sympy
+    values for every index is a Python call per value; a kernel builder asks once)."""
+    key = tuple(ranges.items())
+    found = _RANGES_IDS.get(key)
+    if found is None:
+        if len(_RANGES_IDS) >= _SIMPLIFIED_MAX:
+            _RANGES_IDS.clear()
+        found = _RANGES_IDS[key] = next(_NEXT_RANGES_ID)
+    return found
+
+
+def simplify_index(expr, ranges: dict, ranges_key: int | None = None):
+    """`ranges_key`: `ranges_id(ranges)`, when the caller keeps it (a kernel builder asks per index)."""
+    key = (expr, tuple(ranges.items()) if ranges_key is None else ranges_key)
     found = _SIMPLIFIED.get(key)
     if found is None:
         if len(_SIMPLIFIED) >= _SIMPLIFIED_MAX:
             _SIMPLIFIED.clear()
-        found = _SIMPLIFIED[key] = _simplify_index(expr, ranges)
+        expr = sympy.sympify(expr)
+        found = _SIMPLIFIED[key] = _simplify_index(expr, ranges) if expr.has(FloorDiv, ModularIndexing) else expr
     return found
 
 

@@ -13,15 +13,18 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable
 
-_WORD = re.compile(r"\b\w+\b")
-
 
 def normalized(source: str, name: str, params: Iterable[str], comment_prefix: str) -> str:
     """`source` with its comment lines dropped, `name` spelled `__kernel__` and the i-th parameter `__p<i>__`."""
     lines = [line for line in source.splitlines() if not line.lstrip().startswith(comment_prefix)]
     renames = {p: f"__p{i}__" for i, p in enumerate(params)}
     renames[name] = "__kernel__"
-    return _WORD.sub(lambda m: renames.get(m.group(0), m.group(0)), "\n".join(lines))
+    # only the renamed words, longest first, as whole words: one callback per rename, not per word
+    words = sorted((w for w in renames if w), key=len, reverse=True)
+    if not words:
+        return "\n".join(lines)
+    pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, words)) + r")\b")
+    return pattern.sub(lambda m: renames[m.group(0)], "\n".join(lines))
 
 
 def representatives(kernels: dict[str, str]) -> dict[str, str]:

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from .indexing import simplify_index
+from .indexing import ranges_id, simplify_index
 from .nodes import E, Node, mask_loads
 from .program import Compute, Const, IndexValue, Kernel, Load, Loop, Reduce, Store
-from .symbolic import free_size_symbols, rvar, xvar
+from .symbolic import free_size_symbols, linear_index, rvar, sizes_equal, xvar
 from .tiling import plan_tiling
 
 
@@ -25,9 +25,16 @@ def iteration_ranges(node: Node) -> tuple[tuple, tuple]:
     """(outer, reduction) ranges of a node's own loops, outer in storage (iteration) order. Dimensions of
     size 1 are dropped: they don't loop, and views that add or remove them ((1, 12, 768) vs (12, 768))
     then still land in one kernel."""
+    key = (node.kind, node.spec.size, node.iter_order, node.reduction_size)
+    memo = node.__dict__.get("_ranges")      # fusion asks for every member of every probe kernel
+    if memo is not None and memo[0] == key:
+        return memo[1]
     if node.kind == "reduction":
-        return _loops(node.spec.size), _loops(node.reduction_size)
-    return _loops(node.spec.size[d] for d in node.iter_order), ()
+        ranges = _loops(node.spec.size), _loops(node.reduction_size)
+    else:
+        ranges = _loops(node.spec.size[d] for d in node.iter_order), ()
+    node.__dict__["_ranges"] = (key, ranges)
+    return ranges
 
 
 def _loops(sizes) -> tuple:
@@ -83,15 +90,50 @@ class Group:
 
 
 def _same(a, b) -> bool:
-    return len(a) == len(b) and all(x == y or sympy.expand(x - y) == 0 for x, y in zip(a, b))
+    return len(a) == len(b) and all(x == y or sizes_equal(x, y) for x, y in zip(a, b))
 
 
-def node_index(group: Group, node: Node):
-    """The node's logical index (and reduction index) in the group's loop variables."""
+def node_index(group: Group, node: Node, space: str | None = None):
+    """The node's logical index (and reduction index) in the group's loop variables (`space`: the node's
+    `group.space_of`, when the caller knows it)."""
+    index, red, _ = _node_indices(group, node, space)
+    return list(index), (list(red) if red is not None else None)
+
+
+def node_store_index(group: Group, node: Node, space: str | None = None) -> sympy.Expr:
+    """Where the node's value at its `node_index` is stored: `store_index(node, node_index(...)[0])`."""
+    entry = _node_indices(group, node, space)
+    if entry[2] is None:
+        entry[2] = store_index(node, entry[0])
+    return entry[2]
+
+
+def _node_indices(group: Group, node: Node, space: str | None) -> list:
+    """[index, reduction index, store index or None], memoised per node and what of the group they depend
+    on (how many outer and reduction loops, the full space's order): fusion's probes build the same
+    members into a growing kernel again and again. The key holds no sympy value (hashing those is a
+    Python call per element); the memo is dropped when the node's layout object changes."""
+    if node.kind != "reduction" and space is None:
+        space = group.space_of(node)
+    over_full_space = space == "red" and node.kind != "reduction"
+    key = (len(group.outer), len(group.reduction), over_full_space,
+           group.full_vars if over_full_space else None)
+    memo = node.__dict__.get("_node_indices")
+    layout = (node.spec, node.iter_order, node.reduction_size)
+    if memo is None or any(a is not b for a, b in zip(memo[0], layout)):
+        memo = node.__dict__["_node_indices"] = (layout, {})
+    found = memo[1].get(key)
+    if found is None:
+        index, red = _node_index(group, node, space)
+        found = memo[1][key] = [tuple(index), tuple(red) if red is not None else None, None]
+    return found
+
+
+def _node_index(group: Group, node: Node, space: str | None):
     if node.kind == "reduction":
         return (_assign(node.spec.size, (xvar(k) for k in range(len(group.outer)))),
                 _assign(node.reduction_size, (rvar(k) for k in range(len(group.reduction)))))
-    if group.space_of(node) == "red":
+    if space == "red":
         loop_vars = list(group.full_loop_vars())
     else:
         loop_vars = [xvar(k) for k in range(len(group.outer))]
@@ -103,7 +145,7 @@ def node_index(group: Group, node: Node):
 
 
 def store_index(node: Node, index) -> sympy.Expr:
-    return node.spec.offset + sum((i * s for i, s in zip(index, node.spec.stride)), sympy.Integer(0))
+    return linear_index(node.spec.offset, index, node.spec.stride)
 
 
 class KernelBuilder:
@@ -112,8 +154,10 @@ class KernelBuilder:
         self.members = {m.name: m for m in group.members}
         self.ranges = {xvar(k): n for k, n in enumerate(group.outer)}
         self.ranges.update({rvar(k): n for k, n in enumerate(group.reduction)})
+        self.ranges_key = ranges_id(self.ranges)
         self.reduced: dict[str, str] = {}       # reduction member -> SSA name of its result
         self.depth = self._depths()
+        self.spaces = {m.name: group.space_of(m) for m in group.members if m.kind != "reduction"}
         self.origins: list = []
         self._counter = 0
 
@@ -153,7 +197,7 @@ class KernelBuilder:
                 slots.setdefault((True, d), []).append(("reduce", m))
                 if m.name in self.stored:
                     slots.setdefault((False, d + 1), []).append(("store_reduced", m))
-            elif self.group.space_of(m) == "red":
+            elif self.spaces[m.name] == "red":
                 slots.setdefault((True, d), []).append(("pointwise", m))
             else:
                 slots.setdefault((False, d), []).append(("pointwise", m))
@@ -163,7 +207,7 @@ class KernelBuilder:
         what, m = item
         self.origins.extend(m.origins)
         if what == "reduce":
-            outer_index, red_index = node_index(self.group, m)
+            outer_index, red_index = node_index(self.group, m, self.spaces.get(m.name))
             value = self.emit(m.expression(outer_index, red_index))
             dtype = m.spec.dtype
             # one Reduce per (op, value): identical reductions that sibling fusion brought into one kernel
@@ -172,19 +216,20 @@ class KernelBuilder:
             self.reduced[m.name] = self._add(("reduce", m.reduction_op, value, dtype),
                                              lambda n: Reduce(n, m.reduction_op, value, dtype))
         elif what == "store_reduced":
-            outer_index, _ = node_index(self.group, m)
-            self.body.append(Store(m.name, self._simplify(store_index(m, outer_index)), self.reduced[m.name]))
+            where = node_store_index(self.group, m, self.spaces.get(m.name))
+            self.body.append(Store(m.name, self._simplify(where), self.reduced[m.name]))
         elif m.name in self.stored:
-            index, _ = node_index(self.group, m)
+            index, _ = node_index(self.group, m, self.spaces.get(m.name))
             value = self.emit(m.expression(index))
-            self.body.append(Store(m.name, self._simplify(store_index(m, index)), value))
+            where = node_store_index(self.group, m, self.spaces.get(m.name))
+            self.body.append(Store(m.name, self._simplify(where), value))
 
     def _new(self) -> str:
         self._counter += 1
         return f"t{self._counter}"
 
     def _simplify(self, expr):
-        return simplify_index(expr, self.ranges)
+        return simplify_index(expr, self.ranges, self.ranges_key)
 
     def _add(self, key, make):
         if key in self.cse:
@@ -238,8 +283,7 @@ class KernelBuilder:
     def _reduced_value(self, member: Node, e: E) -> str:
         if member.name not in self.reduced:
             raise IllegalFusion(f"{member.name} is read before its reduction finished")
-        outer_index, _ = node_index(self.group, member)
-        expected = self._simplify(store_index(member, outer_index))
+        expected = self._simplify(node_store_index(self.group, member, self.spaces.get(member.name)))
         if sympy.expand(self._simplify(e.index) - expected) != 0:
             raise IllegalFusion(f"reads reduction {member.name} of another row ({e.index} vs {expected})")
         if self.phase_is_red is False and any(s.name.startswith("r") for s in e.index.free_symbols):

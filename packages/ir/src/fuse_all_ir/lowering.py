@@ -2,7 +2,6 @@
 to an ATen call for everything else."""
 from __future__ import annotations
 
-import dataclasses
 import operator
 import os
 
@@ -16,7 +15,7 @@ from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, lo
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .lowering_mutations import deferrable_input_copy, write_back_inputs
 from .lowering_outputs import view_of_realized_source
-from .symbolic import free_size_symbols
+from .symbolic import free_size_symbols, linear_index
 from .vocabulary import NodeKind, reduction
 
 LOWERINGS: dict = {}
@@ -83,7 +82,7 @@ def strided_loader(buffer: str, size, stride, offset, dtype: str, whole_buffer: 
     stride, offset = tuple(stride), sympy.sympify(offset)
 
     def loader(index):
-        flat = offset + sum((i * s for i, s in zip(index, stride)), sympy.Integer(0))
+        flat = linear_index(offset, index, stride)
         return load(buffer, flat, dtype, logical=index if whole_buffer else None)
     return loader
 
@@ -473,7 +472,7 @@ def _tag_origins(result, origin):
 
     def loader(index):
         e = inner(index)
-        return e if e.origin is not None else dataclasses.replace(e, origin=origin)
+        return e if e.origin is not None else e.with_origin(origin)
     return Value(result.size, result.dtype, loader, result.view, origin)
 
 

@@ -27,8 +27,33 @@ def _dummy(x):
     return x
 
 
+def _promotion_kind(x):
+    """What torch's type promotion sees of an operand: a tensor's dtype and whether it is 0-dim, a python
+    scalar's (or a sympy value's) type; None for anything else."""
+    if isinstance(x, Value):
+        return ("tensor", x.dtype, x.ndim == 0)
+    if isinstance(x, sympy.Basic):
+        return int if x.is_integer else float
+    if type(x) in (bool, int, float):
+        return type(x)
+    return None
+
+
+_PROMOTED: dict = {}    # operands' promotion kinds -> result dtype (an empty tensor per operand otherwise)
+
+
 def result_dtype(*operands) -> str:
     """torch's elementwise type promotion (0-dim tensors and python scalars promote weakly)."""
+    kinds = tuple(_promotion_kind(x) for x in operands if x is not None)
+    if None in kinds:
+        return _result_dtype(operands)
+    found = _PROMOTED.get(kinds)
+    if found is None:
+        found = _PROMOTED[kinds] = _result_dtype(operands)
+    return found
+
+
+def _result_dtype(operands) -> str:
     items = [_dummy(x) for x in operands if x is not None]
     if len(items) == 1:
         item = items[0]

@@ -29,6 +29,7 @@ import sympy
 
 from . import in_place
 from .program import Alloc, BufferRef, ExternCall, Free, KernelCall, Program, TensorSpec
+from .symbolic import sizes_equal
 
 
 def storage_elements(spec: TensorSpec) -> sympy.Expr:
@@ -81,8 +82,8 @@ def buffer_specs(program: Program) -> dict[str, TensorSpec]:
 
 def same_layout(a: TensorSpec, b: TensorSpec) -> bool:
     return (len(a.size) == len(b.size)
-            and all(sympy.expand(sympy.sympify(x) - sympy.sympify(y)) == 0 for x, y in zip(a.size, b.size))
-            and all(sympy.expand(sympy.sympify(x) - sympy.sympify(y)) == 0 for x, y in zip(a.stride, b.stride)))
+            and all(sizes_equal(x, y) for x, y in zip(a.size, b.size))
+            and all(sizes_equal(x, y) for x, y in zip(a.stride, b.stride)))
 
 
 def unshareable(program: Program) -> set[str]:

@@ -37,6 +37,12 @@ class E:
     origin: Optional[Origin] = None
     logical: Optional[tuple] = None    # for loads of a whole buffer: the buffer's logical index
 
+    def with_origin(self, origin) -> "E":
+        """This expression stamped with `origin` (`dataclasses.replace`, without its generic field walk:
+        lowering stamps every expression it builds)."""
+        return E(self.kind, self.dtype, self.op, self.args, self.buffer, self.index, self.value, origin,
+                 self.logical)
+
     def key(self):
         return (self.kind, self.dtype, self.op, tuple(id(a) for a in self.args), self.buffer, self.index,
                 repr(self.value))

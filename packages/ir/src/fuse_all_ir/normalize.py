@@ -10,13 +10,12 @@ variables) keeps its dims. Flattened reduction positions (argmax) are unchanged 
 from __future__ import annotations
 
 import dataclasses
-
 import functools
 
 import sympy
 
 from .program import IndexValue, Kernel, Load, Loop, Store
-from .symbolic import rvar, xvar
+from .symbolic import rvar, sizes_equal, xvar
 
 
 def _index_of(stmt):
@@ -84,7 +83,7 @@ def _mergeable(kernel: Kernel, sizes, var, i: int, all_vars) -> bool:
         if a not in expr.free_symbols and b not in expr.free_symbols:
             continue
         sa, sb = affine_stride(expr, a, all_vars), affine_stride(expr, b, all_vars)
-        if sa is None or sb is None or sympy.expand(sa - sb * sympy.sympify(sizes[i + 1])) != 0:
+        if sa is None or sb is None or not sizes_equal(sa, sb * sympy.sympify(sizes[i + 1])):
             return False
     return True
 
@@ -120,6 +119,7 @@ def _has_division(expr) -> bool:
                for a in sympy.preorder_traversal(expr))
 
 
+@functools.lru_cache(maxsize=1 << 14)     # the kernels of a graph repeat (ResNet's blocks)
 def _integral(expr) -> bool:
     """No division left over (a merge whose strides did not cancel is not taken)."""
     return not _has_division(sympy.expand(expr))

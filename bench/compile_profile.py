@@ -1,0 +1,186 @@
+"""fuse_all's own compile phases (lowering, fusion_schedule, render) on every graph of a workload, forward
+and backward, without Dynamo or AOTAutograd in the timings; optionally under cProfile, and optionally
+dumping what the phases decided (kernel sources, host programs, fusion reports) to compare two checkouts.
+
+    python bench/compile_profile.py train_resnet50_4x64 --targets cpp,triton --repeat 3
+    python bench/compile_profile.py train_resnet50_4x64 --profile /tmp/prof.pstats     # + top functions
+    python bench/compile_profile.py bert_1x12 --dump /tmp/before    # then diff -r /tmp/before /tmp/after
+
+The workload's graphs are captured once (training workloads with their backward), then each target's
+`ir.lower` + `render_host_program` + `kernel_source` runs `--repeat` times on them in this process; the
+minimum per phase over the repeats is printed (CPU seconds of this process: steadier than wall time on a
+shared machine). The first repeat also pays the process's first-time sympy work and fills the memos.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import os
+import pstats
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+PHASES = ("lowering", "fusion_schedule", "render")
+BACKEND_PHASES = ("aot_trace", "lowering", "fusion_schedule", "render", "host_load", "cpp_load", "cpp_compile",
+                  "records")
+
+
+def backend_first_call(name: str, profile: str | None, top: int) -> None:
+    """`torch.compile(backend="fuse_all")` and one step, with the stages' phases timed in CPU seconds of
+    this process (`compile_timing`'s clock swapped); under cProfile, the stats are printed for fuse-all's
+    own functions only. Run it twice on one FUSE_ALL_CACHE_DIR: the second run loads the C++ libraries."""
+    import torch
+
+    import fuse_all_ir as ir
+    from env import register_fuse_all
+    from workloads import build
+    register_fuse_all()
+    inst = build(name, "cpu")
+    compiled = torch.compile(inst.target, backend="fuse_all")
+    ir.compile_timing.reset()
+    ir.compile_timing._clock = time.process_time
+    profiler = cProfile.Profile(time.process_time) if profile else None
+    start = time.process_time()
+    if profiler:
+        profiler.enable()
+    inst.step(compiled)
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(profile)
+        for order in ("cumulative", "tottime"):
+            print(f"---- backend: top {top} by {order} of fuse-all's functions ({profile})")
+            pstats.Stats(profile).sort_stats(order).print_stats("fuse_all|fuse-all|fusecost", top)
+    total = time.process_time() - start
+    phases = ir.compile_timing.snapshot()
+    own = sum(phases.get(k, 0.0) for k in BACKEND_PHASES if k not in ("aot_trace", "cpp_compile", "cpp_load"))
+    print(f"{name} backend first call {total:.3f} CPU s: " +
+          ", ".join(f"{k} {phases.get(k, 0.0):.3f}" for k in BACKEND_PHASES) +
+          f"; fuse_all's own (lowering+fusion_schedule+render+host_load+records) {own:.3f}; load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+
+
+def _capture(name: str):
+    import fuse_all_capture as capture
+    from fuse_all.backend import _decompositions
+    from workloads import build
+    inst = build(name, "cpu")
+    training = name.startswith(("train", "ddp_train"))   # their target is a loss: capture the backward too
+    return capture.capture(inst.target, *inst.inputs, training=training, decompositions=_decompositions())
+
+
+def _targets(names: str):
+    from fuse_all_codegen_cpp import CppChoices, CppTarget
+    from fuse_all_codegen_triton import TritonChoices, TritonTarget
+    table = {"cpp": (CppChoices, CppTarget), "triton": (TritonChoices, TritonTarget)}
+    return [(name, *table[name]) for name in names.split(",")]
+
+
+def compile_once(graphs, choices_type, target_type, dump_dir: str | None = None) -> dict[str, float]:
+    """Lower, fuse, schedule and render every graph once, under the backend's garbage-collector pause where
+    this checkout has one (`fuse_all_ir.gc_pause`); {phase: CPU seconds}."""
+    import fuse_all_ir as ir
+    seconds = dict.fromkeys(PHASES, 0.0)
+    gc_pause = getattr(ir, "gc_pause", None)
+    with gc_pause.paused() if gc_pause is not None else contextlib.nullcontext():
+        for graph in graphs:
+            _compile_graph(graph, choices_type, target_type, seconds, dump_dir)
+    return seconds
+
+
+def _compile_graph(graph, choices_type, target_type, seconds: dict, dump_dir: str | None) -> None:
+    import fuse_all_ir as ir
+    from fuse_all_ir.lowering import GraphLowering
+    clock = time.process_time
+    choices = choices_type()
+    start = clock()
+    lowered = GraphLowering(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device).run()
+    seconds["lowering"] += clock() - start
+    start = clock()
+    compiled = _fuse_schedule(lowered, choices)
+    seconds["fusion_schedule"] += clock() - start
+    start = clock()
+    target = target_type(choices=choices)
+    host = ir.render_host_program(compiled, target)
+    sources = {k.name: target.kernel_source(k) for k in compiled.kernels.values()}
+    seconds["render"] += clock() - start
+    if dump_dir:
+        _dump(dump_dir, graph, compiled, host, sources)
+
+
+def _fuse_schedule(lowered, choices):
+    """`fuse_all_ir.lower` after its lowering step, as the backend runs it (validation off)."""
+    import fuse_all_ir as ir
+    from fuse_all_ir.column_split import split_reductions
+    from fuse_all_ir.memory import plan_reuse
+    from fuse_all_ir.schedule import schedule
+    program = schedule(lowered, choices)
+    if choices.split_reductions:
+        program = split_reductions(program)
+    plan_reuse(program)
+    assert isinstance(program, ir.Program)
+    return program
+
+
+def _dump(dump_dir: str, graph, program, host: str, sources: dict[str, str]) -> None:
+    """One folder per graph, named by its kind; the graph id and the checkout's path (which differ between
+    two checkouts of the same code) are spelled GRAPH and REPO, so `diff -r` shows only real changes."""
+    folder = os.path.join(dump_dir, graph.kind)
+    os.makedirs(folder, exist_ok=True)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def write(name: str, text: str) -> None:
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(text.replace(graph.graph_id, "GRAPH").replace(repo, "REPO"))
+    write("host.py", host)
+    write("kernels.txt", "".join(f"#### {name}\n{source}\n" for name, source in sources.items()))
+    write("report.txt", f"{program.report}\n{len(program.kernels)} kernels\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("workload")
+    parser.add_argument("--targets", default="cpp,triton", help="comma-separated: cpp, triton")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--profile", help="write cProfile stats of the first repeat here and print the top")
+    parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--dump", help="write each graph's host program, kernel sources and report here")
+    parser.add_argument("--backend", action="store_true",
+                        help="time a first call through torch.compile(backend='fuse_all') instead")
+    args = parser.parse_args(argv)
+    from env import add_repo_paths
+    add_repo_paths()
+    if args.backend:
+        backend_first_call(args.workload, args.profile, args.top)
+        return 0
+    graphs = _capture(args.workload)
+    print(f"{args.workload}: {len(graphs)} graphs ({', '.join(g.kind for g in graphs)}), "
+          f"{sum(len(g.graph_module.graph.nodes) for g in graphs)} FX nodes; load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    for label, choices_type, target_type in _targets(args.targets):
+        runs = []
+        for i in range(args.repeat):
+            profiler = cProfile.Profile() if args.profile and i == 0 else None
+            dump = os.path.join(args.dump, label) if args.dump and i == 0 else None
+            if profiler:
+                profiler.enable()
+            runs.append(compile_once(graphs, choices_type, target_type, dump))
+            if profiler:
+                profiler.disable()
+                path = f"{args.profile}.{label}"
+                profiler.dump_stats(path)
+                for order in ("cumulative", "tottime"):
+                    print(f"---- {label}: top {args.top} by {order} ({path})")
+                    pstats.Stats(path).sort_stats(order).print_stats(args.top)
+            print(f"{label} repeat {i + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in runs[-1].items()) +
+                  f", total {sum(runs[-1].values()):.3f} CPU s", flush=True)
+        best = {k: min(r[k] for r in runs) for k in PHASES}
+        print(f"{label} min of {len(runs)}: " + ", ".join(f"{k} {v:.3f}" for k, v in best.items()) +
+              f" CPU s; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
