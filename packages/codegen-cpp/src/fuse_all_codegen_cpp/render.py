@@ -30,6 +30,7 @@ from fuse_all_ir.vocabulary import is_float, is_positional
 from . import rules
 from .choices import CppChoices
 from .choices import numel as _numel, size_hint as _hint
+from .hoist import loop_invariants, positive_guard
 from .index_printer import c_name, cpp_expr_type, cpp_index
 from fuse_all_ir.normalize import normalize
 from fuse_all_ir.welford import two_pass_form, welford_groups
@@ -80,6 +81,7 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         self.reused: dict[str, tuple[int, str]] = {}  # value -> (scratch id, earlier value): see reuse.py
         self.staged: dict[str, str] = {}            # load -> where a tile block staged it (tiled.py)
         self.staged_stores: dict[int, str] = {}     # id(store) -> the staging buffer it writes (tiled.py)
+        self.load_guard: str | None = None          # loads hoisted before a loop that may run 0 times
 
     # -- output helpers
     def emit(self, line: str) -> None:
@@ -110,6 +112,8 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             value = rules.render_cast(value, buf_dtype, stmt.dtype)
             if stmt.mask is not None:
                 value = f"{self.ref(stmt.mask)} ? {value} : {rules.literal(stmt.other, stmt.dtype)}"
+            if self.load_guard is not None:
+                value = f"({self.load_guard}) ? ({value}) : {rules.literal(0, stmt.dtype)}"
             self.define(stmt.name, stmt.dtype, value)
         elif isinstance(stmt, Const):
             self.define(stmt.name, stmt.dtype, rules.literal(stmt.value, stmt.dtype))
@@ -183,11 +187,29 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             clauses.append(f" reduction({ident}:{_value(r.name)})")
         return "#pragma omp simd" + "".join(clauses)
 
+    def hoist(self, body, counters: set, trip_count_guard: str | None) -> list:
+        """Emits the statements of `body` that do not depend on `counters` (hoist.py) and returns the rest,
+        to go inside the loop. Values another phase reads back from scratch stay where they are."""
+        keep = set(self.reused) | {earlier for _, earlier in self.reused.values()}
+        hoisted = loop_invariants(body, counters, keep)
+        self.load_guard = trip_count_guard
+        for stmt in hoisted:
+            self.statement(stmt)
+        self.load_guard = None
+        moved = {id(st) for st in hoisted}
+        return [st for st in body if id(st) not in moved]
+
     def reduction_loops(self, body, reduces: list[Reduce], first_range: tuple[str, str] | None = None) -> None:
         """The nested loop over the reduction space with `body` innermost; `first_range` restricts r0.
         Float sums are accumulated per block of about SUM_BLOCK elements and the block sums combined
-        pairwise (`fa_cascade`): see `block_dim`."""
+        pairwise (`fa_cascade`): see `block_dim`. What does not depend on the reduction runs before."""
         dims = self.k.reduction
+        if first_range is None:
+            guard = positive_guard(_numel(dims))
+        else:
+            inner = positive_guard(_numel(dims[1:]))
+            guard = f"({first_range[1]}) > ({first_range[0]})" + (f" && {inner}" if inner else "")
+        body = self.hoist(body, {rvar(i) for i in range(len(dims))}, guard)
         sums = [r for r in reduces if is_float_sum(r)]
         elements = self.sum_block()
         block = self.block_dim(elements) if sums else None
@@ -278,6 +300,7 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         if k.tiling is not None and k.tiling.kind == "transpose":
             return self.tiled_pointwise()
         (loop,) = k.loops
+        body = loop.body
         n = len(k.outer)
         clause = self.parallel_clause(_numel(k.outer))
         if n == 0:
@@ -288,9 +311,10 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             collapse = f" collapse({n - 1})" if n > 2 else ""
             pragma = None if clause is None else f"#pragma omp parallel for{collapse}{clause}"
             self.outer_loops(n - 1, pragma)
+            body = self.hoist(body, {xvar(n - 1)}, positive_guard(k.outer[-1]))
             self.emit("#pragma omp simd")
             self.open(f"for (int64_t {xvar(n - 1)} = 0; {xvar(n - 1)} < {cpp_index(k.outer[-1])}; ++{xvar(n - 1)})")
-        for stmt in loop.body:
+        for stmt in body:
             self.statement(stmt)
         for _ in range(max(n, 1)):
             self.close()
