@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch._dynamo.testing
 import torch.nn.functional as F
 
 import fuse_all
@@ -196,14 +197,24 @@ def _pool_everything(x):
 def test_symbolic_sizes_compile_once(codegen):
     """dynamic=True: one graph for every size, batch and plane sizes symbolic (fallback off: no ATen).
     (ceil_mode makes Dynamo guard on the sizes' remainders, so it is checked on one size below.)"""
+    shapes = ((2, 3, 9, 10), (3, 3, 12, 15), (4, 3, 17, 13))
     torch._dynamo.reset()
     backend = CountingBackend(codegen)
     compiled = torch.compile(_pool_everything, backend=backend, fullgraph=True, dynamic=True)
-    for shape in ((2, 3, 9, 10), (3, 3, 12, 15), (4, 3, 17, 13)):
+    for shape in shapes:
         x = _tied(shape, layout="channels_last", special=(math.nan,))
         e_in, c_in = clone_inputs([x], {}), clone_inputs([x], {})
         assert_same(compiled(*c_in), _pool_everything(*e_in))
-    assert backend.frame_count == 1
+    # The capture floor: torch 2.11's max_pool2d meta guards on the sizes' parity (div_rtn), so Dynamo
+    # itself compiles once per parity there (3 frames); newer torch compiles once. We add no guard.
+    torch._dynamo.reset()
+    floor = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    floor_fn = torch.compile(_pool_everything, backend=floor, fullgraph=True, dynamic=True)
+    for shape in shapes:
+        floor_fn(_tied(shape, layout="channels_last", special=(math.nan,)))
+    assert backend.frame_count == floor.frame_count
+    if tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 14):
+        assert backend.frame_count == 1
 
 
 @pytest.mark.parametrize("codegen", BOTH)
