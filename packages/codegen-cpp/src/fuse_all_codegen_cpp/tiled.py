@@ -15,10 +15,11 @@ from __future__ import annotations
 import sympy
 
 from fuse_all_ir.normalize import affine_stride
-from fuse_all_ir.program import Compute, Const, IndexValue, Load, Reduce, Store
+from fuse_all_ir.program import Compute, Load, Store
 from fuse_all_ir.symbolic import rvar, xvar
 
 from . import rules
+from .hoist import loop_invariants
 from .choices import numel as _numel
 from .index_printer import c_name, cpp_index
 
@@ -164,26 +165,7 @@ class TiledLoops:
         loop reads, which become per-column arrays). Loads and constants are kept in the loop as well (the
         compiler drops what is then unused); only computations leave it, and only when one is costly."""
         every_r = {rvar(i) for i in range(len(self.k.reduction))}
-        defined = {s.name for s in loop.body if hasattr(s, "name") and not isinstance(s, Store)}
-        invariant: list = []
-        names: set[str] = set()
-
-        def fixed(name) -> bool:    # from an earlier phase (a per-column array or a scalar) or invariant
-            return name is None or name not in defined or name in names
-        for stmt in loop.body:
-            if isinstance(stmt, (Reduce, Store)):
-                continue
-            if isinstance(stmt, Const):
-                ok = True
-            elif isinstance(stmt, Load):
-                ok = not (sympy.sympify(stmt.index).free_symbols & every_r) and fixed(stmt.mask)
-            elif isinstance(stmt, IndexValue):
-                ok = not (sympy.sympify(stmt.expr).free_symbols & every_r)
-            else:
-                ok = isinstance(stmt, Compute) and all(fixed(a) for a in stmt.args)
-            if ok:
-                invariant.append(stmt)
-                names.add(stmt.name)
+        invariant = loop_invariants(loop.body, every_r)
         computes = [s for s in invariant if isinstance(s, Compute)]
         if not any(s.op not in CHEAP_OPS for s in computes):
             return [], set()
