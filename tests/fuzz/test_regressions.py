@@ -396,3 +396,16 @@ def test_a_gradient_that_is_a_reshaped_tangent_keeps_the_tangents_layout(codegen
     expected = torch.autograd.grad(fn(a0, a1), [a0, a1], cotangent)
     actual = torch.autograd.grad(compile_fn(fn, codegen)(a0, a1), [a0, a1], cotangent)
     assert_same(actual, expected, atol=1e-6, rtol=1e-6, what="gradient")
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_sibling_merge_keeps_members_after_what_they_read(codegen):
+    """Sibling fusion sorted a merged group's members by graph position, but a node's position need not
+    follow its reads (here buf5 read buf8): the probe kernel build raised KeyError and the forward graph ran
+    in ATen. Fuzz: seed 99 index 794 (cpp)."""
+    def fn(a0):
+        v0 = a0.var(correction=1)
+        v2 = torch.cosh(a0)
+        v4 = torch.nn.functional.log_softmax(torch.amin(a0, 0, keepdim=True), 0)
+        return torch.hypot(v0, v2), torch.add(v0, a0, alpha=2), v4
+    _run_calls(fn, [[make((4, 2, 13)).requires_grad_()]], codegen)   # the training forward graph

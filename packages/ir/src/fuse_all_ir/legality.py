@@ -65,6 +65,20 @@ def check_fusion(group: Group, node: Node, nodes: dict, unit_of: Callable[[str],
     return Verdict(None, merged, kernel)
 
 
+def _reads_first(members: list) -> list:
+    """`members` (in graph position order) reordered so each comes after the members it reads, position
+    breaking ties: a node's position need not follow its reads (fuzz seed 99 index 794: buf5 reads buf8),
+    and a group from vertical fusion keeps dependency order, which a sort by position alone undid."""
+    names = {m.name for m in members}
+    ordered, placed, pending = [], set(), list(members)
+    while pending:
+        ready = next(i for i, m in enumerate(pending) if all(r in placed or r not in names for r in m.reads))
+        member = pending.pop(ready)
+        ordered.append(member)
+        placed.add(member.name)
+    return ordered
+
+
 def merge_siblings(first: Group, second: Group, position: Callable[[str], int]) -> Group | None:
     """The group running both sibling groups' members in one kernel, or None when no one iteration space
     holds them. Members stay in graph (topological) order."""
@@ -79,7 +93,7 @@ def merge_siblings(first: Group, second: Group, position: Callable[[str], int]) 
         return None     # a pointwise kernel joins a reduction over its full space or its outer points
     if base.full_vars is not None and other.full_vars is not None and base.full_vars != other.full_vars:
         return None     # both reductions walk their pointwise members in different orders
-    members = sorted(base.members + other.members, key=lambda m: position(m.name))
+    members = _reads_first(sorted(base.members + other.members, key=lambda m: position(m.name)))
     merged = Group(base.outer, base.reduction, members, base.sibling_notes + other.sibling_notes,
                    base.full_vars if base.full_vars is not None else other.full_vars)
     if any(m.kind != "reduction" and merged.space_of(m) is None for m in members):
