@@ -26,6 +26,11 @@ MATMUL = {
     "mv": lambda a, b, bias, x3, w: torch.mv(a, b[:, 0]),
     "dot": lambda a, b, bias, x3, w: torch.dot(a[0], a[1]),
     "einsum": lambda a, b, bias, x3, w: torch.einsum("bij,jk->bik", x3, b).relu(),
+    # the Triton target splits an addmm whose product only feeds pointwise code into mm + a fused bias add
+    "linear_residual_layernorm": lambda a, b, bias, x3, w: F.layer_norm(F.linear(x3, w, bias) + x3[..., :7], (7,)),
+    "addmm_view_pointwise": lambda a, b, bias, x3, w: torch.addmm(bias, a, b).view(5, 7, 1).sigmoid() * 3,
+    "addmm_2d_bias": lambda a, b, bias, x3, w: torch.addmm(a[:, :7], a, b).relu(),
+    "addmm_returned_and_pointwise": lambda a, b, bias, x3, w: (lambda y: (y, y.relu()))(torch.addmm(bias, a, b)),
 }
 
 
@@ -96,6 +101,19 @@ def test_conv_bn_relu_module(mode, layout, codegen):
 @pytest.mark.parametrize("codegen", BOTH)
 def test_mlp_module(codegen):
     check(MLP(), make((3, 4, 9), torch.float32, "transposed"), codegen=codegen, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_ffn_block_gradients(codegen):
+    """A transformer FFN in training: the first product is saved for GELU's backward (keeps its addmm), the
+    second only feeds the residual add (Triton: mm + bias add in the LayerNorm kernel)."""
+    w1, b1 = make((16, 8), requires_grad=True), make((16,), requires_grad=True)
+    w2, b2 = make((8, 16), requires_grad=True), make((8,), requires_grad=True)
+    x = make((4, 8), requires_grad=True)
+
+    def ffn(x, w1, b1, w2, b2):
+        return F.layer_norm(F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2) + x, (8,))
+    check(ffn, x, w1, b1, w2, b2, codegen=codegen, grad=True, atol=1e-4, rtol=1e-5)
 
 
 FALLBACK = {

@@ -32,6 +32,7 @@ class TritonChoices(FusionChoices):
     rblock: int | None = None           # force RBLOCK of looped reductions (tests use tiny values)
     force_looped: bool = False
     split_reductions: bool = True       # few columns or rows over long reductions: partial + final kernels
+    unfuse_matmul_bias: bool = True     # mm + bias add in the consumer: plain cuBLAS tiles beat cuBLASLt's epilogue
 
     def choose_kernel_shape(self, kernel, size_hints: dict | None = None) -> KernelShape:
         plan = kernel.tiling

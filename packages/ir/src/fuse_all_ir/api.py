@@ -12,6 +12,7 @@ from .column_split import split_reductions
 from .compile_timing import phase
 from .gc_pause import paused as gc_paused
 from .lowering import LOWERINGS, GraphLowering
+from .matmul_bias import unfuse_matmul_bias
 from .memory import plan_reuse
 from .nodes import LoweredGraph
 from .program import Program
@@ -38,6 +39,8 @@ def lower(gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", dev
 
 def _lower(gm, example_inputs, graph_id, device, validate, reuse_buffers, choices) -> Compiled:
     with phase("lowering"):
+        if choices is not None and choices.unfuse_matmul_bias:
+            unfuse_matmul_bias(gm)
         lowered = GraphLowering(gm, example_inputs, graph_id, device).run()
     with phase("fusion_schedule"):
         program = schedule(lowered, choices)

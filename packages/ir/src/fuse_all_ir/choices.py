@@ -59,6 +59,9 @@ class FusionChoices:
     max_kernel_outputs: int = MAX_KERNEL_OUTPUTS
     max_kernel_inputs: int = MAX_KERNEL_INPUTS
     small_kernel_numel: int = SMALL_KERNEL_NUMEL
+    # `addmm` whose product only feeds pointwise code becomes `mm` + a bias add fused into that code
+    # (`matmul_bias.py`): on CUDA, cuBLASLt's bias epilogue picks slower GEMM tiles than plain cuBLAS
+    unfuse_matmul_bias: bool = False
 
     # ---- fusion ---------------------------------------------------------------------------------------
     def candidate_order(self, node, candidates: list, shared_reads: Callable[[Any, Any], int]) -> list:
