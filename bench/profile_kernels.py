@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import re
 import sys
 from pathlib import Path
@@ -51,26 +52,52 @@ def _compiled(instance, key: str):
     return torch.compile(instance.target, backend=backend.backend, mode=backend.mode)
 
 
-def _device_times(instance, fn, steps: int) -> tuple[dict[str, float], int]:
+def _launchers(prof, pattern: re.Pattern) -> list[str]:
+    """For the device kernels whose names match `pattern`: the chain of host ops that launched them (innermost
+    first, with input shapes), counted over the profiled steps."""
+    chains: dict[str, int] = collections.defaultdict(int)
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA or not any(
+                pattern.search(k.name) for k in getattr(event, "kernels", ())):
+            continue
+        chain, parent = [], event
+        while parent is not None and len(chain) < 6:
+            shapes = getattr(parent, "input_shapes", None)
+            chain.append(f"{parent.name}{shapes if shapes else ''}")
+            parent = parent.cpu_parent
+        chains[" <- ".join(chain)] += 1
+    return [f"{n}x {c}" for c, n in sorted(chains.items(), key=lambda kv: -kv[1])]
+
+
+def _device_times(instance, fn, steps: int, launched_by: re.Pattern | None = None
+                  ) -> tuple[dict[str, float], int, dict[str, int]]:
     from torch.profiler import ProfilerActivity, profile
     device = "cuda" if torch.cuda.is_available() else "cpu"
     activities = [ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
+    if launched_by is not None:
+        activities = [ProfilerActivity.CPU] + [a for a in activities if a != ProfilerActivity.CPU]
     for _ in range(3):
         instance.step(fn)
     if device == "cuda":
         torch.cuda.synchronize()
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, record_shapes=launched_by is not None) as prof:
         for _ in range(steps):
             instance.step(fn)
         if device == "cuda":
             torch.cuda.synchronize()
+    if launched_by is not None:
+        print(f"host ops launching kernels matching {launched_by.pattern!r} ({steps} steps):")
+        for line in _launchers(prof, launched_by):
+            print(f"    {line[:400]}")
     times: dict[str, float] = collections.defaultdict(float)
+    calls: dict[str, int] = collections.defaultdict(int)
     launches = 0
     for event in prof.events():
         if device == "cuda" and event.device_type == torch.autograd.DeviceType.CUDA:
             times[event.name] += event.device_time / 1000.0 / steps
+            calls[event.name] += 1
             launches += 1
-    return times, launches // steps
+    return times, launches // steps, {name: n // steps for name, n in calls.items()}
 
 
 def _eager_channels_last_ms(name: str, device: str) -> tuple[float, float] | None:
@@ -100,7 +127,10 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--launched-by", help="regex over kernel names: print the host ops that launched them")
+    p.add_argument("--json", help="write every kernel's device ms and launches per step, per backend, here")
     args = p.parse_args()
+    everything: dict = {}
     for name in workloads.expand(args.workloads.split(",")):
         print(f"\n## {name}")
         if args.channels_last:
@@ -110,8 +140,15 @@ def main() -> None:
         per_backend = {}
         for backend in args.backends.split(","):
             instance = workloads.build(name, args.device)
-            times, launches = _device_times(instance, _compiled(instance, backend), args.steps)
+            times, launches, calls = _device_times(
+                instance, _compiled(instance, backend), args.steps,
+                re.compile(args.launched_by) if args.launched_by else None)
             per_backend[backend] = times
+            everything.setdefault(name, {})[backend] = {
+                k: {"ms": ms, "launches": calls.get(k, 0), "kind": kind_of(k)} for k, ms in times.items()}
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(everything, f, indent=1)
             by_kind: dict[str, float] = collections.defaultdict(float)
             for kernel, ms in times.items():
                 by_kind[kind_of(kernel)] += ms
@@ -119,7 +156,7 @@ def main() -> None:
             kinds = ", ".join(f"{k} {v:.3f}" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]))
             print(f"\n{backend}: device ms/step {total:.3f} in {launches} launches ({kinds})")
             for kernel, ms in sorted(times.items(), key=lambda kv: -kv[1])[:args.top]:
-                print(f"  {ms:8.4f} ms  {kind_of(kernel):11s} {kernel[:110]}")
+                print(f"  {ms:8.4f} ms  {calls.get(kernel, 0):4d}x {kind_of(kernel):11s} {kernel[:104]}")
 
 
 if __name__ == "__main__":

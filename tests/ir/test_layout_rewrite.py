@@ -56,12 +56,14 @@ def test_inference_graph_copies_the_input_once_and_restores_every_output():
     gm = _trace(block, mode, values)
     traced = [o.stride() for o in _outputs(gm)]
     decision = prefer_channels_last(gm, values, is_inference=True)
-    assert decision and decision.reason.endswith("1 layout copy of convolution inputs"), decision
+    assert decision and "1 layout copy of convolution inputs" in decision.reason, decision
     convs = [n for n in gm.graph.nodes if n.target is aten.convolution.default]
     assert all(_is_nhwc(c.meta["val"]) for c in convs)
     assert convs[0].args[0].target is aten.clone.default and convs[1].args[0].target is aten.relu.default
     assert [o.stride() for o in _outputs(gm)] == traced
-    assert len(_clones(gm)) == 4      # the input copy and three outputs back to NCHW
+    assert all(c.args[1].target is aten.clone.default and _is_nhwc(c.args[1].meta["val"]) for c in convs)
+    assert len(_clones(gm)) == 6      # the input copy, two weights (cuDNN would convert each itself), three outputs
+    assert decision.reason.endswith("1 layout copy of convolution inputs, 2 weights converted in the graph")
 
 
 def test_training_forward_keeps_saved_activations_channels_last():
@@ -73,7 +75,7 @@ def test_training_forward_keeps_saved_activations_channels_last():
     user, *saved = _outputs(gm)
     assert user.stride() == traced[0]
     assert all(_is_nhwc(s) for s in saved)
-    assert len(_clones(gm)) == 2      # the input copy and the user output back to NCHW
+    assert len(_clones(gm)) == 4      # the input copy, two weights, and the user output back to NCHW
 
 
 def test_refused_and_already_channels_last_leave_the_graph_alone():
@@ -108,3 +110,36 @@ def test_backward_re_derives_strides_from_its_real_inputs():
     conv_backward = next(n for n in gm.graph.nodes if n.target is aten.convolution_backward.default)
     assert _is_nhwc(conv_backward.meta["val"][0])         # cuDNN's backward runs NHWC now
     assert [o.stride() for o in _outputs(gm)] == traced   # gradients keep the strides they were traced with
+
+
+def pointwise_weights(x, w1, w2):
+    return (F.conv2d(F.conv2d(x, w1).relu(), w2, padding=1),)
+
+
+def test_one_by_one_weights_and_cpu_graphs_keep_their_weights():
+    """A 1x1 weight is channels-last already (nothing for cuDNN to convert); oneDNN reorders CPU weights into its
+    own format whatever their strides, so CPU graphs get no weight copies."""
+    mode, values = _fake_cuda((4, 3, 32, 32), (128, 3, 1, 1), (128, 128, 3, 3))
+    gm = _trace(pointwise_weights, mode, values)
+    assert prefer_channels_last(gm, values, is_inference=True)
+    first, second = [n for n in gm.graph.nodes if n.target is aten.convolution.default]
+    assert first.args[1].op == "placeholder"
+    assert second.args[1].target is aten.clone.default
+    cpu_mode = FakeTensorMode()
+    with cpu_mode:
+        cpu_values = [torch.empty(s) for s in ((4, 3, 32, 32), (128, 3, 1, 1), (128, 128, 3, 3))]
+    gm = _trace(pointwise_weights, cpu_mode, cpu_values)
+    assert prefer_channels_last(gm, cpu_values, is_inference=True)
+    assert all(c.args[1].op == "placeholder" for c in gm.graph.nodes if c.target is aten.convolution.default)
+
+
+def test_backward_converts_the_weight_once_in_the_graph():
+    mode, values = _fake_cuda((4, 128, 32, 32), (4, 96, 32, 32), (128, 96, 3, 3))
+    gm = _trace(backward_like, mode, values)
+    traced = [o.stride() for o in _outputs(gm)]
+    with mode:
+        real = [v.contiguous(memory_format=torch.channels_last) for v in values[:2]] + [values[2]]
+    assert adopt_input_strides(gm, real)
+    conv_backward = next(n for n in gm.graph.nodes if n.target is aten.convolution_backward.default)
+    assert conv_backward.args[2].target is aten.clone.default and _is_nhwc(conv_backward.args[2].meta["val"])
+    assert [o.stride() for o in _outputs(gm)] == traced   # the weight gradient goes back to NCHW
