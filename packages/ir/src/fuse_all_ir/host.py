@@ -340,8 +340,20 @@ def _extern_handle_names(program: Program) -> dict[str, str]:
     return names
 
 
+# ATen overloads whose `torch.<name>` binding takes the same arguments (Inductor's `extern_kernels` calls these
+# too): the Python argument parser and the unboxed kernel cost 5-7 µs less per call than OpOverload's boxed path
+# (H200, a grouped 3x3 convolution on a channels-last input: 28.6 -> 21.9 µs of host time per call).
+_TORCH_BINDINGS = {"aten.convolution.default": "convolution", "aten.mm.default": "mm", "aten.bmm.default": "bmm",
+                   "aten.addmm.default": "addmm", "aten.baddbmm.default": "baddbmm"}
+_TORCH_BINDING_KWARGS = {"beta", "alpha"}
+
+
 def _extern_handles(program: Program) -> list[str]:
-    return [f"{name} = torch.ops.{target}" for target, name in _extern_handle_names(program).items()]
+    by_name = {s: n for s, n in _TORCH_BINDINGS.items()
+               if all(set(step.kwargs) <= _TORCH_BINDING_KWARGS for step in program.steps
+                      if isinstance(step, ExternCall) and str(step.target) == s)}
+    return [f"{name} = torch.{by_name[target]}" if target in by_name else f"{name} = torch.ops.{target}"
+            for target, name in _extern_handle_names(program).items()]
 
 
 def _render_extern(step: ExternCall, handles: dict[str, str]) -> list[str]:
