@@ -33,6 +33,7 @@ class TritonChoices(FusionChoices):
     force_looped: bool = False
     split_reductions: bool = True       # few columns or rows over long reductions: partial + final kernels
     unfuse_matmul_bias: bool = True     # mm + bias add in the consumer: plain cuBLAS tiles beat cuBLASLt's epilogue
+    recompute_shared_pointwise: bool = True   # recompute small shared pointwise values: less memory traffic
 
     def choose_kernel_shape(self, kernel, size_hints: dict | None = None) -> KernelShape:
         plan = kernel.tiling

@@ -41,7 +41,8 @@ def _lower(gm, example_inputs, graph_id, device, validate, reuse_buffers, choice
     with phase("lowering"):
         if choices is not None and choices.unfuse_matmul_bias:
             unfuse_matmul_bias(gm)
-        lowered = GraphLowering(gm, example_inputs, graph_id, device).run()
+        recompute = choices is not None and choices.recompute_shared_pointwise
+        lowered = GraphLowering(gm, example_inputs, graph_id, device, recompute_shared=recompute).run()
     with phase("fusion_schedule"):
         program = schedule(lowered, choices)
         if choices is not None and choices.split_reductions:   # a grid target: idle programs are lost time

@@ -62,6 +62,9 @@ class FusionChoices:
     # `addmm` whose product only feeds pointwise code becomes `mm` + a bias add fused into that code
     # (`matmul_bias.py`): on CUDA, cuBLASLt's bias epilogue picks slower GEMM tiles than plain cuBLAS
     unfuse_matmul_bias: bool = False
+    # a small pointwise value read by several consumers is recomputed in each instead of written to memory
+    # and read back (`lowering._recomputable`): pays where kernels are memory-bound and launches cheap
+    recompute_shared_pointwise: bool = False
 
     # ---- fusion ---------------------------------------------------------------------------------------
     def candidate_order(self, node, candidates: list, shared_reads: Callable[[Any, Any], int]) -> list:

@@ -11,7 +11,7 @@ import torch.fx
 
 from . import dtypes
 from ._torch_compat import backed_size_values, real_tensor_mode
-from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, load, op
+from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, expr_stats, load, op
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .lowering_mutations import deferrable_input_copy, write_back_inputs
 from .lowering_outputs import view_of_realized_source
@@ -104,8 +104,10 @@ class GraphLowering:
     """Lowers one ATen graph. Lowering functions receive this object as `g` to realize values, make
     reduction nodes and fall back to ATen."""
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs, graph_id: str, device: str | None = None):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, graph_id: str, device: str | None = None,
+                 recompute_shared: bool = False):
         self.gm = gm
+        self.recompute_shared = recompute_shared   # see `_recomputable`
         self.example_inputs = list(example_inputs)
         self.graph_id = graph_id
         self.device = device or _guess_device(gm, example_inputs)
@@ -367,7 +369,7 @@ class GraphLowering:
         if not isinstance(result, Value) or result.view is not None:
             return
         users = len(node.users)
-        if users > 1 or _expr_size(result) > 64:
+        if (users > 1 and not (self.recompute_shared and _recomputable(node, result))) or expr_stats(result)[0] > 64:
             self.realize(result, _meta_stride(node))
         else:
             self.inlined.append((_target_name(node.target), CURRENT_ORIGIN.get()))
@@ -476,20 +478,23 @@ def _tag_origins(result, origin):
     return Value(result.size, result.dtype, loader, result.view, origin)
 
 
-def _expr_size(value: Value) -> int:
-    """Rough op count of a value's expression, to stop inlining from growing without bound."""
-    try:
-        expr = value.loader([sympy.Symbol(f"_i{d}", integer=True, nonnegative=True) for d in range(value.ndim)])
-    except Exception:  # noqa: BLE001 - a loader that can't be probed is treated as large
-        return 1 << 30
-    seen, stack = set(), [expr]
-    while stack:
-        e = stack.pop()
-        if id(e) in seen or not isinstance(e, E):
-            continue
-        seen.add(id(e))
-        stack.extend(a for a in e.args if a is not None)
-    return len(seen)
+# A value read by several consumers is recomputed in each (not written to memory and read back) when its
+# expression is at most this many ops over at most this many buffers: Inductor's realize_opcount_threshold and
+# realize_reads_threshold. On a grid target memory traffic is the cost: BatchNorm-backward's masked gradient
+# and centred input, each read by a reduction and by the input-gradient kernel, were written and read back.
+RECOMPUTE_MAX_OPS = 30
+RECOMPUTE_MAX_READS = 4
+
+
+def _recomputable(node: torch.fx.Node, value: Value) -> bool:
+    """Every consumer is an op with a lowering (an ATen call or the graph output needs the buffer), and the
+    expression is small (see RECOMPUTE_MAX_OPS)."""
+    for user in node.users:
+        if (user.op != "call_function" or not isinstance(user.target, torch._ops.OpOverload)
+                or LOWERINGS.get(user.target) is None or _unlowerable_reason(user) is not None):
+            return False
+    ops, buffers = expr_stats(value)
+    return ops <= RECOMPUTE_MAX_OPS and len(buffers) <= RECOMPUTE_MAX_READS
 
 
 def _stride_rank(stride):

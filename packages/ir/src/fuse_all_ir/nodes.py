@@ -117,6 +117,25 @@ class Value:
         return len(self.size)
 
 
+def expr_stats(value: Value) -> tuple[int, set]:
+    """(expression nodes, buffers loaded) of a value's expression at a symbolic index: a rough op count that
+    keeps inlining from growing without bound, and what recomputing the value would read."""
+    try:
+        expr = value.loader([sympy.Symbol(f"_i{d}", integer=True, nonnegative=True) for d in range(value.ndim)])
+    except Exception:  # noqa: BLE001 - a loader that can't be probed is treated as large
+        return 1 << 30, set()
+    seen, stack, buffers = set(), [expr], set()
+    while stack:
+        e = stack.pop()
+        if id(e) in seen or not isinstance(e, E):
+            continue
+        seen.add(id(e))
+        if e.kind == "load":
+            buffers.add(e.buffer)
+        stack.extend(a for a in e.args if a is not None)
+    return len(seen), buffers
+
+
 @dataclass
 class Node:
     """A buffer of the lowered graph.
