@@ -15,6 +15,7 @@ from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, ex
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .lowering_mutations import deferrable_input_copy, write_back_inputs
 from .lowering_outputs import view_of_realized_source
+from .memory import buffer_refs
 from .symbolic import free_size_symbols, linear_index
 from .vocabulary import NodeKind, reduction
 
@@ -200,7 +201,7 @@ class GraphLowering:
                           single_result=single)
         self.externs.append(call)
         self.fallbacks.append((call.target, reason))
-        reads = {a.name for a in _refs(args) + _refs(kwargs)}
+        reads = {a.name for a in buffer_refs((args, kwargs))}
         results = []
         anchor = outputs[0] if outputs and outputs[0] else self.new_name("extern")
         for i, (name, spec) in enumerate(zip(outputs, specs)):
@@ -502,12 +503,6 @@ def _stride_rank(stride):
         return int(stride)
     except TypeError:
         return 1 << 40  # symbolic strides are large
-
-
-def _refs(tree) -> list:
-    out = []
-    torch.fx.node.map_aggregate(tree, lambda a: out.append(a) if isinstance(a, BufferRef) else None)
-    return out
 
 
 def _target_name(target) -> str:

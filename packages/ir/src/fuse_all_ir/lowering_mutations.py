@@ -101,7 +101,8 @@ def write_back_inputs(g) -> None:
 
 
 def _write_back_group(g, copies) -> None:
-    from .lowering import _meta_stride, _refs, origin_of
+    from .lowering import _meta_stride, origin_of
+    from .memory import buffer_refs
     if len(copies) == 1:
         token = CURRENT_ORIGIN.set(origin_of(copies[0]))
         try:
@@ -122,4 +123,4 @@ def _write_back_group(g, copies) -> None:
     g.fallbacks.append((call.target, reason))
     anchor = g.new_name("extern")
     g.nodes[anchor] = Node(anchor, "extern", None, extern=call, origins=origins,
-                           reads={a.name for a in _refs(dsts) + _refs(srcs)})
+                           reads={a.name for a in buffer_refs((dsts, srcs))})
