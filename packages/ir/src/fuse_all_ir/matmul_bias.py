@@ -41,7 +41,7 @@ def _plain(node: torch.fx.Node) -> bool:
         return False
     bias, product = node.args[0].meta.get("val"), node.meta.get("val")
     return (isinstance(bias, torch.Tensor) and isinstance(product, FakeTensor)
-            and product.dim() == 2 and product.is_contiguous() and bias.dtype == product.dtype and bias.dim() <= 2)
+            and product.dim() == 2 and bias.dtype == product.dtype and bias.dim() <= 2)
 
 
 def unfuse_matmul_bias(gm: torch.fx.GraphModule) -> int:
