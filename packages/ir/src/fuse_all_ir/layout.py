@@ -137,6 +137,7 @@ def _channels_last_weights(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
             continue
         xv, wv = _tensor(x), _tensor(w)
         if (transposed or xv is None or wv is None or wv.dim() != 4 or wv.device.type != "cuda"
+                or free_symbols(xv) or free_symbols(wv)    # a layout query on symbolic sizes would guard
                 or not xv.is_contiguous(memory_format=torch.channels_last)
                 or wv.is_contiguous(memory_format=torch.channels_last)):
             continue
