@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from .layout_decision import LayoutDecision, decide_channels_last
 
@@ -165,7 +166,6 @@ def _check_saved_strides_are_static(gm: torch.fx.GraphModule, before: list, afte
     """Saved activations that changed layout must have plain-int strides: AOTAutograd restrides the
     backward's inputs only to strides the forward compiler reports as numbers, and a backward compiled
     for the traced strides would misread channels-last ones."""
-    from torch.fx.experimental.symbolic_shapes import free_symbols
     for i, (old, new) in enumerate(zip(before, after)):
         if old != new and free_symbols(_tensor(_outputs(gm)[i])):
             raise ValueError(f"saved output {i} would change layout with symbolic strides")
