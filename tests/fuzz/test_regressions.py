@@ -409,3 +409,25 @@ def test_sibling_merge_keeps_members_after_what_they_read(codegen):
         v4 = torch.nn.functional.log_softmax(torch.amin(a0, 0, keepdim=True), 0)
         return torch.hypot(v0, v2), torch.add(v0, a0, alpha=2), v4
     _run_calls(fn, [[make((4, 2, 13)).requires_grad_()]], codegen)   # the training forward graph
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_float32_variance_added_to_a_float64_value_keeps_eagers_accuracy(codegen):
+    """A float32 var over 2108 elements added to a float64 value: eager's CPU var accumulates in double
+    (ATen's WelfordOps<float, double>) and rounds once, fuse_all's float32 two-pass was ~12 float32 ulps
+    off, 20x eager's error in the float64 result. On CPU the variance family is now computed in double.
+    Fuzz: seed 88 index 1974 (cpp)."""
+    def fn(a0, a1, a2):
+        v1 = torch.sub(a0, a1).var((-3, -2, -1), keepdim=True, correction=1)
+        return torch.add(v1, a2, alpha=2), v1
+    compiled = compile_fn(fn, codegen)
+    for seed in range(8):
+        torch.manual_seed(seed)
+        inputs = [make((17, 4, 31), layout="permuted", low=-2, high=2), make((), low=-2, high=2),
+                  make((1, 1, 1), dtype=torch.float64, layout="expanded", low=-4, high=4)]
+        (total, var), (eager_total, eager_var) = compiled(*inputs), fn(*inputs)
+        assert total.dtype == torch.float64 and var.dtype == torch.float32
+        # eager's var is (almost always) the float64 variance of the same float32 values rounded once
+        ulp = (torch.nextafter(eager_var, torch.tensor(float("inf"))) - eager_var).double()
+        assert ((var.double() - eager_var.double()).abs() <= ulp).all(), (seed, var.item(), eager_var.item())
+        assert ((total - eager_total).abs() <= 2 * ulp).all(), (seed, total.item(), eager_total.item())
