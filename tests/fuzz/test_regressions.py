@@ -431,3 +431,28 @@ def test_float32_variance_added_to_a_float64_value_keeps_eagers_accuracy(codegen
         ulp = (torch.nextafter(eager_var, torch.tensor(float("inf"))) - eager_var).double()
         assert ((var.double() - eager_var.double()).abs() <= ulp).all(), (seed, var.item(), eager_var.item())
         assert ((total - eager_total).abs() <= 2 * ulp).all(), (seed, total.item(), eager_total.item())
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+@pytest.mark.parametrize("case", ["reshape", "slice", "transpose"])
+def test_a_view_chain_of_an_expanded_input_stays_a_view_under_dynamic_shapes(codegen, case):
+    """`a0.view(-1).reshape(2, -1)` of a fully expanded input under dynamic shapes: the view lowerings
+    could not express the flatten of stride-0 dims of symbolic sizes, so the output was a contiguous copy,
+    and AOTAutograd, which rebuilds an output that aliases an input from its strides on the input's
+    storage, raised "setStorage ... out of bounds". The view is now taken from the traced metadata relative
+    to the nearest source in the chain that is a view of the input. Fuzz: seed 101 index 630 (cpp)."""
+    tail = {"reshape": lambda v: v.reshape(2, -1), "slice": lambda v: v[3::2],
+            "transpose": lambda v: v.view(2, -1).t()}[case]
+
+    def fn(a0):
+        v0 = a0.view(-1)
+        return tail(v0), v0.argmax(0, keepdim=True)
+
+    def expanded(rows, cols):
+        return torch.randint(-8, 8, (3,), dtype=torch.int32)[1:2].view(1, 1).expand(rows, cols)
+    compiled = compile_fn(fn, codegen, dynamic=True)
+    for shape in ((32, 34), (34, 32)):
+        a0 = expanded(*shape)
+        (view, _), (expected, _) = compiled(a0), fn(a0)
+        assert torch.equal(view, expected) and view.stride() == expected.stride()
+        assert view.untyped_storage().data_ptr() == a0.untyped_storage().data_ptr()
