@@ -289,6 +289,14 @@ def train_bert(device: str, batch: int, seq: int) -> Instance:
     return _training(model, loss, inputs, tol=2e-2, loss_only=True)
 
 
+def variance(device: str, rows: int, cols: int, dim: int) -> Instance:
+    """torch.var over one dim of a (rows, cols) tensor: dim 1 walks contiguous rows, dim 0 strided columns.
+    Eager's CPU kernel accumulates a float32 variance in double (so does fuse_all's on CPU)."""
+    x = torch.randn(rows, cols, device=device) + 3.0
+    kept = cols if dim == 0 else rows
+    return _inference(lambda x: x.var(dim), (x,), min_bytes=4 * (rows * cols + kept))
+
+
 P = functools.partial
 WORKLOADS: dict[str, Callable[[str], Instance]] = {
     "pw_cos_sin_1e4": P(pw_cos_sin, n=10**4),
@@ -314,6 +322,9 @@ WORKLOADS: dict[str, Callable[[str], Instance]] = {
     "batchnorm_channels_last_64x256x64x64": P(batchnorm_channels_last, n=64, c=256, h=64, w=64),
     "batchnorm_nchw_32x64x112x112": P(batchnorm_nchw, n=32, c=64, h=112, w=112),
     "sum_all_2e26": P(sum_all, numel=2**26),
+    "var_rows_4096x4096": P(variance, rows=4096, cols=4096, dim=1),
+    "var_columns_4096x4096": P(variance, rows=4096, cols=4096, dim=0),
+    "var_all_2e24": P(variance, rows=1, cols=2**24, dim=1),
     "train_pool_stem_32x64x112": P(train_pool_stem, n=32, c=64, size=112),
     "train_pool_stem_cl_32x64x112": P(train_pool_stem, n=32, c=64, size=112, channels_last=True),
     "resnet50_1x3x64x64": P(resnet50, batch=1, channels=3, height=64, width=64),

@@ -182,9 +182,42 @@ class ShapeOps:
                      min(v.lo, 0), max(v.hi, count), True)]
         ops = [o for o in ops if o is not None and o[1] is not None]
         tag, expr, lo, hi, exact = r.choice(ops)
+        if tag in self.STATISTIC_VARIANTS:
+            tag, expr, lo, hi = self._statistic_variant(tag, expr, lo, hi, v, dim_arg, keep)
         if tag == "argmax" or tag == "argmin" or tag == "max_dim":
             lo, hi = min(lo, 0), max(hi, count)
         self.emit(expr, lo, hi, exact, tag)
+
+    # var/std/layer_norm are sometimes replaced by an op of the same family that eager's CPU computes in
+    # another way: var_mean/std_mean (double accumulation, like var), and the norms whose statistics reach
+    # the IR as var_mean (batch norm in training: eager's CPU statistics accumulate in double, fuzz seed 88
+    # index 1974; group and instance norm). The choice draws from a stream of its own, so every program
+    # that keeps its var/std/layer_norm stays as it was (earlier replay commands still give their programs).
+    STATISTIC_VARIANTS = ("var", "std", "layer_norm")
+    STATISTIC_VARIANT_FRAC = 0.5
+
+    def _statistic_variant(self, tag, expr, lo, hi, v, dim_arg, keep):
+        r = random.Random(f"fuse-all-fuzz-statistic:{self.seed}:{self.index}:{self.counter}")
+        if r.random() >= self.STATISTIC_VARIANT_FRAC:
+            return tag, expr, lo, hi
+        N, dims = v.name, dim_arg or "None"
+        if tag in ("var", "std"):
+            which = r.choice((0, 1))          # the statistic, or the mean beside it
+            correction = r.choice((0, 1, 2))
+            fn = "var_mean" if tag == "var" else "std_mean"
+            text = f"torch.{fn}({N}, {dims}, correction={correction}, keepdim={keep})[{which}]"
+            return (f"{fn}_{which}", text) + ((lo, hi) if which == 0 else (v.lo, v.hi))
+        if v.ndim < 2:
+            return tag, expr, lo, hi
+        channels = v.meta.shape[1]
+        groups = [g for g in (2, 3, 4) if channels % g == 0 and channels > g]
+        norms = [("batch_norm", f"F.batch_norm({N}, None, None, training=True, eps={r.choice((1e-5, 1e-3))})")]
+        if groups:
+            norms.append(("group_norm", f"F.group_norm({N}, {r.choice(groups)})"))
+        if v.ndim >= 3:
+            norms.append(("instance_norm", f"F.instance_norm({N})"))
+        tag, text = r.choice(norms)
+        return tag, text, -50, 50
 
     def op_size_arith(self):
         """Sizes used as values: symbolic under dynamic shapes (issue 9 items 2 and 7)."""

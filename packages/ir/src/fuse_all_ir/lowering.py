@@ -14,7 +14,7 @@ from ._torch_compat import backed_size_values, real_tensor_mode
 from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, expr_stats, load, op
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .lowering_mutations import deferrable_input_copy, write_back_inputs
-from .lowering_outputs import view_of_realized_source
+from .lowering_outputs import input_view_from_meta, view_of_realized_source
 from .memory import buffer_refs
 from .symbolic import free_size_symbols, linear_index
 from .vocabulary import NodeKind, reduction
@@ -391,7 +391,7 @@ class GraphLowering:
             broadcast = view_of_realized_source(self, arg, stride)
             if broadcast is not None:
                 return broadcast
-            aliased = self._input_view_from_meta(arg)
+            aliased = input_view_from_meta(self, arg)
             if aliased is not None:
                 return aliased
             name = self.realize(value, stride)
@@ -403,41 +403,6 @@ class GraphLowering:
         if value is None or isinstance(value, (sympy.Basic, int, float, bool)):
             return value
         raise Unsupported(f"graph output of type {type(value).__name__}")
-
-    def _input_view_from_meta(self, node: torch.fx.Node):
-        """An output that traced as a view of a graph input (AOTAutograd regenerates it from the returned
-        tensor's size, strides and storage offset on the input's storage, so a copy would be read as a view
-        with the copy's strides: silent wrong values). When the view lowering could not express it (a
-        reshape of stride-0 dims under dynamic shapes), the view is taken from the traced metadata."""
-        if node.target not in _VIEW_OPS or not isinstance(node.args[0], torch.fx.Node):
-            return None
-        source = self.env.get(node.args[0].name)
-        val, source_val = node.meta.get("val"), node.args[0].meta.get("val")
-        if not (isinstance(source, Value) and source.view is not None and isinstance(val, torch.Tensor)
-                and isinstance(source_val, torch.Tensor)
-                and self.nodes[source.view.buffer].kind == "input"):
-            return None
-        # the traced source must itself be the input's storage: a lowering may give a fresh tensor as a view
-        # of an input (a sum over a size-1 dim is its operand), laid out as the input, not as traced
-        # (a gradient read a (1, 2, 64) tangent of strides (128, 1, 2) as contiguous: fuzz seed 88 index 1462)
-        traced_input = self.traced_inputs.get(source.view.buffer)
-        try:
-            same_storage = (val.untyped_storage()._cdata == source_val.untyped_storage()._cdata
-                            == traced_input.untyped_storage()._cdata)
-        except Exception:  # noqa: BLE001 - no storage to compare: not provably a view
-            return None
-        if not same_storage:
-            return None
-        offset = source.view.offset + sym(val.storage_offset()) - sym(source_val.storage_offset())
-        spec = TensorSpec(source.dtype, tuple(sym(n) for n in val.shape), tuple(sym(n) for n in val.stride()),
-                          offset, self.device)
-        return BufferRef(source.view.buffer, spec)
-
-
-# the `.default` overloads of the view ops (transpose, slice and select have none: `.int`, `.Tensor`)
-_VIEW_OPS = frozenset(getattr(torch.ops.aten, name).default for name in (
-    "view", "_unsafe_view", "reshape", "expand", "squeeze", "unsqueeze", "permute", "t", "alias", "as_strided",
-    "narrow", "diagonal", "unfold"))
 
 
 def _meta_stride(node: torch.fx.Node):

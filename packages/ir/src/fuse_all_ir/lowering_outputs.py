@@ -1,4 +1,5 @@
-"""Graph outputs that traced as views of a computed value with a broadcast (stride-0) dim.
+"""Graph outputs that traced as views: of a computed value with a broadcast (stride-0) dim, or of an input
+the view lowerings could not express as a view.
 
 `v.expand(...)[:, ::2]`, `v.unsqueeze(1).expand(...).mT.select(2, -1)`: the view lowerings keep a `View` only
 over a buffer, so a view chain over a computed value `v` is an expression, and returning it meant writing
@@ -16,7 +17,7 @@ import torch
 import torch.fx
 
 from .nodes import Value
-from .program import BufferRef
+from .program import BufferRef, TensorSpec
 
 
 def _is_view_op(target) -> bool:
@@ -71,3 +72,43 @@ def _same_strides(view, stride) -> bool:
     than the meta function gave it: `amax(1, keepdim=True).unsqueeze(2).expand(...)`, seed 88 index 2153)."""
     return len(view.stride) == len(stride) and all(
         n == 1 or got == want for n, got, want in zip(view.size, view.stride, stride))
+
+
+def input_view_from_meta(g, node: torch.fx.Node) -> BufferRef | None:
+    """An output that traced as a view of a graph input (AOTAutograd regenerates it from the returned
+    tensor's size, strides and storage offset on the input's storage, so a copy would be read as a view
+    with the copy's strides: silent wrong values, or an as_strided out of the input's bounds). When the
+    view lowerings could not express it (a reshape of stride-0 dims under dynamic shapes, also somewhere
+    up the chain of views: `a0.view(-1).reshape(2, -1)` of an expanded input, fuzz seed 101 index 630), the
+    view is taken from the traced metadata, relative to the nearest source in the chain that is lowered
+    as a view of an input."""
+    from .lowering import sym   # lowering imports this module
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return None
+    base, chain = _view_chain(node)
+    source_node = next((n for n in reversed([base] + chain[:-1]) if _is_input_view(g, n)), None)
+    if not chain or source_node is None:
+        return None
+    source, source_val = g.env[source_node.name], source_node.meta.get("val")
+    # the traced source must itself be the input's storage: a lowering may give a fresh tensor as a view
+    # of an input (a sum over a size-1 dim is its operand), laid out as the input, not as traced
+    # (a gradient read a (1, 2, 64) tangent of strides (128, 1, 2) as contiguous: fuzz seed 88 index 1462)
+    traced_input = g.traced_inputs.get(source.view.buffer)
+    try:
+        same_storage = (val.untyped_storage()._cdata == source_val.untyped_storage()._cdata
+                        == traced_input.untyped_storage()._cdata)
+    except Exception:  # noqa: BLE001 - no storage to compare: not provably a view
+        return None
+    if not same_storage:
+        return None
+    offset = source.view.offset + sym(val.storage_offset()) - sym(source_val.storage_offset())
+    spec = TensorSpec(source.dtype, tuple(sym(n) for n in val.shape), tuple(sym(n) for n in val.stride()),
+                      offset, g.device)
+    return BufferRef(source.view.buffer, spec)
+
+
+def _is_input_view(g, node: torch.fx.Node) -> bool:
+    value = g.env.get(node.name)
+    return (isinstance(value, Value) and value.view is not None and isinstance(node.meta.get("val"), torch.Tensor)
+            and g.nodes[value.view.buffer].kind == "input")
