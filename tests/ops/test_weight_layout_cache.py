@@ -173,6 +173,22 @@ def test_inference_tensors_are_not_cached():
     assert sites and all(s.hits == 0 and not s.holding for s in sites)
 
 
+def test_copy_released_with_the_model():
+    torch.manual_seed(2)
+    net = Net().eval()
+    before = _site_ids()
+    compiled = torch.compile(net, backend="fuse_all", options={"fallback": False})
+    x = torch.randn(2, 3, 16, 16)
+    for _ in range(3):
+        _check(compiled, net, x)
+    sites = _new_sites(before)
+    assert len(sites) == 2 and all(s.holding for s in sites)
+    del net, compiled
+    torch._dynamo.reset()   # Dynamo's guards refer to the parameters; the host program may live on
+    gc.collect()
+    assert not any(s.holding for s in sites)
+
+
 def test_option_off_renders_no_cache(model):
     compiled = torch.compile(model, backend="fuse_all", options={"fallback": False, "weight_layout_cache": False})
     x = torch.randn(2, 3, 16, 16)

@@ -21,10 +21,12 @@ carry no version counter and are never cached.
 
 A site keeps a copy only once it has seen the same weight unchanged at two calls in a row, so a graph whose
 weights change at every call (an inference graph inside a training loop) converts per call as before and
-holds no extra memory. Each site holds at most one copy, the size of its weight, released with the program.
+holds no extra memory. Each site holds at most one copy, the size of its weight, released when the weight
+or the program goes.
 """
 from __future__ import annotations
 
+import functools
 import weakref
 
 import torch
@@ -74,11 +76,25 @@ class ChannelsLastWeight:
         if seen is not None and seen[0] == identity and seen[1]() is weight and not seen[2].expired():
             self._kept, self._seen = (identity, seen[1], seen[2], converted), None
         else:   # first sight, or changed since the last call: remember it, keep nothing
-            self._kept, self._seen = None, (identity, weakref.ref(weight), StorageWeakRef(storage))
+            # the copy goes as soon as the weight does (the program may outlive the model)
+            self._kept = None
+            self._seen = (identity, weakref.ref(weight, functools.partial(_forget, weakref.ref(self))),
+                          StorageWeakRef(storage))
         return converted
 
     def __repr__(self):
         return f"<ChannelsLastWeight hits={self.hits} misses={self.misses} holding={self.holding}>"
+
+
+def _forget(site_ref, weight_ref) -> None:
+    """A weight died: its site drops the copy and the memory of it."""
+    site = site_ref()
+    if site is None:
+        return
+    if site._kept is not None and site._kept[1] is weight_ref:
+        site._kept = None
+    if site._seen is not None and site._seen[1] is weight_ref:
+        site._seen = None
 
 
 _SITES: weakref.WeakSet = weakref.WeakSet()
