@@ -9,9 +9,9 @@ which the lowering follows through `meta["val"]`), and only the graph's first co
 
 Weights stay as they are: cuDNN and oneDNN pick NHWC when either operand is channels-last and convert the
 weight themselves, which is the same per-call copy that Inductor's `require_channels_last(weight)` makes.
-A cached converted copy would save it, but parameters are graph inputs whose values may change in place
-between calls (optimizer steps, `load_state_dict`) without changing their storage, which a CUDA graph
-replay cannot notice.
+On CPU, inference graphs keep that copy across calls while the parameter is unchanged (`weight_layouts.py`:
+checked at every call, by identity, storage and `_version`); not on CUDA, where a CUDA graph replay would
+not run the check, nor in training graphs, whose weights change at every step.
 
 What the caller sees keeps the strides it had: every user-visible output (all outputs of an inference graph,
 the first `num_user_outputs` of a training forward) is cloned back where its strides changed. A training
