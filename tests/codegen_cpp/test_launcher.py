@@ -71,6 +71,16 @@ def test_ctypes_fallback(library, monkeypatch):
         launch(x, y, out)
 
 
+def test_caches_disabled_launch_through_ctypes(library, monkeypatch):
+    """No extension build in a fresh folder per process when compile time is being measured."""
+    monkeypatch.setenv("FUSE_ALL_FORCE_DISABLE_CACHES", "1")
+    assert launcher.extension() is None
+    launch = library.launcher("kernel_0", 3, 2)
+    x, y, out = torch.randn(5), torch.tensor([3.0], dtype=torch.float64), torch.empty(5)
+    launch(x, y, out, 5, 0)
+    torch.testing.assert_close(out, 3 * x)
+
+
 def test_compiled_graph_launches_with_tensors():
     def fn(x, y):
         return (x.sin() * y).sum(-1), torch.relu(x + y)

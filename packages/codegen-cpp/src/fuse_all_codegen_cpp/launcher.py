@@ -11,7 +11,8 @@ size with `PyLong_AsLongLong`, and calls the kernel's packed entry point
 subclasses go through their own `data_ptr()` method, as the ctypes path did.
 
 Where the extension cannot be built or loaded (no Python headers, no compiler, a torch without that C
-function), `kernel_launcher` returns None and `CppLibrary.kernel` falls back to the ctypes path.
+function), and with the caches disabled, `kernel_launcher` returns None and `CppLibrary.launcher` falls
+back to the ctypes path.
 """
 from __future__ import annotations
 
@@ -218,9 +219,18 @@ def kernel_launcher(cdll: ctypes.CDLL, kernel: str, n_pointers: int, n_sizes: in
     return module.make_launcher(kernel, address, n_pointers, n_sizes)
 
 
-@functools.lru_cache(None)
 def extension():
-    """The built and imported extension module, or None where it cannot be had (said once, at debug)."""
+    """The built and imported extension module, or None where it cannot be had (said once, at debug).
+    None with the caches disabled (`FUSE_ALL_FORCE_DISABLE_CACHES=1`, for measuring compile time): building
+    it in a fresh folder would add ~2 s to every process's first compile."""
+    from fuse_all_ir import caches_disabled
+    if caches_disabled():
+        return None
+    return _extension()
+
+
+@functools.lru_cache(None)
+def _extension():
     with _LOCK:
         try:
             import torch
