@@ -214,3 +214,26 @@ def test_training_graphs_have_no_cache(model):
     sources = _host_sources()
     assert any(g.endswith("_fwd") for g in sources) and any(g.endswith("_bwd") for g in sources)
     assert all("ChannelsLastWeight" not in s for s in sources.values())
+
+
+def test_channels_last_rule_matches_torch():
+    """The render-time layout check (`weight_layouts._is_channels_last`) against torch's own, on sizes with
+    ones and zeros and on every dimension order."""
+    import itertools
+
+    import sympy
+
+    from fuse_all_ir.program import TensorSpec
+    checked = 0
+    for size in [(4, 3, 3, 3), (8, 1, 3, 3), (16, 8, 1, 1), (1, 5, 1, 7), (2, 3, 0, 4), (3, 1, 1, 1)]:
+        for order in itertools.permutations(range(4)):
+            t = torch.empty([size[d] for d in order]).permute([order.index(d) for d in range(4)])
+            spec = TensorSpec("float32", tuple(sympy.Integer(n) for n in t.shape),
+                              tuple(sympy.Integer(s) for s in t.stride()))
+            assert weight_layouts._is_channels_last(spec) == t.is_contiguous(memory_format=torch.channels_last), \
+                (size, order, t.stride())
+            checked += 1
+    assert checked == 6 * 24
+    symbolic = TensorSpec("float32", (sympy.Symbol("s0"), sympy.Integer(3), sympy.Integer(3), sympy.Integer(3)),
+                          (sympy.Integer(27), sympy.Integer(9), sympy.Integer(3), sympy.Integer(1)))
+    assert weight_layouts._is_channels_last(symbolic) is None

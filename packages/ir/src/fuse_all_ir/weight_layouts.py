@@ -32,6 +32,9 @@ import weakref
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from . import memory
+from .program import BufferRef, ExternCall, Program, TensorSpec
+
 
 def _identity(weight: torch.Tensor):
     """What must not change for a copy to stay valid, or None for a tensor that cannot be cached."""
@@ -103,3 +106,46 @@ _SITES: weakref.WeakSet = weakref.WeakSet()
 def live_sites() -> list[ChannelsLastWeight]:
     """Every site of the host programs alive in this process (for tests and debugging)."""
     return list(_SITES)
+
+
+# ---- which convolutions get a site (render time, host.py) ----
+
+def weight_cache_sites(program: Program) -> dict[int, str]:
+    """The convolutions (step index -> slot name) whose weight is a parameter (`weight_cache_inputs`) that
+    ATen would convert to channels-last at every call: a k x k NCHW weight meeting a channels-last input.
+    Their copies are kept across calls (`weight_layouts.ChannelsLastWeight`). CPU only: a CUDA graph replay
+    would not run the check that notices a changed weight."""
+    if not program.weight_cache_inputs or program.device.split(":", 1)[0] != "cpu":
+        return {}
+    inputs = {i.name: i.spec for i in program.inputs if i.kind == "tensor"}
+    specs = {**inputs, **memory.buffer_specs(program)}
+    sites = {}
+    for index, step in enumerate(program.steps):
+        if not (isinstance(step, ExternCall) and str(step.target) == "aten.convolution.default"
+                and len(step.args) == 9 and step.args[6] is False and not step.kwargs):
+            continue
+        x, w = step.args[0], step.args[1]
+        if not (isinstance(w, BufferRef) and w.view is None and w.name in program.weight_cache_inputs
+                and isinstance(x, BufferRef)):
+            continue
+        x_spec = x.view if x.view is not None else specs.get(x.name)
+        w_spec = inputs.get(w.name)
+        if x_spec is not None and w_spec is not None and len(w_spec.size) == 4 == len(x_spec.size) \
+                and _is_channels_last(x_spec) is True and _is_channels_last(w_spec) is False:
+            sites[index] = f"_fa_weight_{len(sites)}"
+    return sites
+
+
+def _is_channels_last(spec: TensorSpec) -> bool | None:
+    """Whether a 4-D layout is channels-last contiguous; None when its sizes or strides are symbolic."""
+    values = [*spec.size, *spec.stride]
+    if not all(isinstance(v, int) or getattr(v, "is_Integer", False) for v in values):
+        return None
+    size, stride = [int(v) for v in spec.size], [int(v) for v in spec.stride]
+    # torch's rule (compute_channels_last_contiguous_2d): C fastest, then W, H, N; size-1 dims: any stride
+    expected = 1
+    for dim in (1, 3, 2, 0):
+        if size[dim] != 1 and stride[dim] != expected:
+            return False
+        expected *= size[dim]
+    return True
