@@ -6,6 +6,9 @@ per call (user + sys) of every round, and the ratios of the medians. The step co
 short eager calibration so that each measured process spends about `--target-s` CPU seconds in its calls.
 
     python bench/cpu_time_rounds.py cpu_models cpu_micro --rounds 3 --threads 1 --json rounds.json
+
+A backend written `NAME@TREE` runs NAME with the fuse-all sources of the checkout TREE first on PYTHONPATH:
+a before/after comparison in the same rounds (`--backends inductor,fuse_all,fuse_all@/tmp/base`).
 """
 from __future__ import annotations
 
@@ -25,11 +28,25 @@ LINE = re.compile(r"wall (?P<wall>[\d.]+) ms, user (?P<user>[\d.]+) ms, sys (?P<
 HERE = Path(__file__).parent
 
 
+SOURCE_DIRS = ("src", "packages/capture/src", "packages/ir/src", "packages/codegen-cpp/src",
+               "packages/codegen-triton/src", "packages/runtime-cudagraphs/src", "packages/lsp/src")
+
+
+def _backend_env(backend: str) -> tuple[str, dict | None]:
+    """`NAME@TREE` -> (NAME, an environment with TREE's sources first on PYTHONPATH); else (backend, None)."""
+    name, _, tree = backend.partition("@")
+    if not tree:
+        return backend, None
+    paths = [str(Path(tree).resolve() / d) for d in SOURCE_DIRS]
+    return name, dict(os.environ, PYTHONPATH=os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]))
+
+
 def measure(workload: str, backend: str, steps: int, threads: int, warmup: int, timeout: float) -> dict:
-    cmd = [sys.executable, str(HERE / "cpu_time_per_call.py"), workload, backend, "--steps", str(steps),
+    name, env = _backend_env(backend)
+    cmd = [sys.executable, str(HERE / "cpu_time_per_call.py"), workload, name, "--steps", str(steps),
            "--threads", str(threads), "--warmup", str(warmup)]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     found = LINE.search(done.stdout)

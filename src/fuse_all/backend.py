@@ -191,6 +191,9 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
                             choices=getattr(target, "choices", None))
     program = compiled.program
     program.report.layout = record.layout or ""
+    if opts.weight_layout_cache and graph.kind == "inference":   # training graphs: weights change every step
+        program.weight_cache_inputs = frozenset(program.inputs[i].name for i in graph.static_input_indices
+                                                if i < len(program.inputs))
     outputs.compiled = compiled
     record.kernels = list(program.kernels.values())
     bar.set_phase("rendering kernels", total_kernels=len(record.kernels))

@@ -97,6 +97,10 @@ OPTION_HELP = {
     "progress": "`None`: `FUSE_ALL_PROGRESS` decides; `False`: no progress line; `True`: always",
     "layout_opt": "`None`: `FUSE_ALL_LAYOUT_OPT` decides (on unless `0`); `False`: convolutions keep the traced "
                   "layout; `True`: channels-last where the heuristics expect a gain",
+    "weight_layout_cache": "CPU inference graphs: keep the channels-last copy of a convolution weight that "
+                           "oneDNN would make at every call, while the parameter is unchanged (same object, "
+                           "storage and `_version`; writes through `.data` are not seen: `False` for models "
+                           "updated that way)",
 }
 
 

@@ -21,6 +21,7 @@ class Options:
     debug: bool = False            # write the debug folder (also FUSE_ALL_DEBUG=1 / TORCH_COMPILE_DEBUG=1)
     progress: bool | None = None   # progress line: None = FUSE_ALL_PROGRESS decides (auto: terminals only)
     layout_opt: bool | None = None  # channels-last convolutions: None = FUSE_ALL_LAYOUT_OPT decides (default on)
+    weight_layout_cache: bool = False  # CPU inference: keep channels-last weight copies while unchanged (opt-in: `.data` writes are not seen)
 
 
 def _choices(key: str) -> tuple | None:

@@ -57,7 +57,7 @@ def test_launch_line_and_kernel_source():
     assert "_fa_load_library(_fa_cpp_source)" in prelude
     k0, k1 = example.program.kernels.values()
     assert target.render_launch(k1, ["buf0", "buf1"], ["s0", "s1"]) == \
-        "kernel_1(buf0.data_ptr(), buf1.data_ptr(), s0, s1)"
+        "kernel_1(buf0, buf1, s0, s1)"
     source = target.kernel_source(k1)
     assert source.startswith('extern "C" void kernel_1(const float* __restrict__ buf0')
     assert "int64_t s0, int64_t s1)" in source

@@ -80,10 +80,10 @@ def launch_overhead(directory: str) -> None:
     ours1 = bench(lambda: mod.call([tiny]), repeat=2000)
     fn = mod.kernel_0
     out = torch.empty(1)
-    raw = bench(lambda: fn(tiny.data_ptr(), out.data_ptr(), 1), repeat=5000)
+    raw = bench(lambda: fn(tiny, out, 1), repeat=5000)
     print(f"cos->sin 1e4 floats: fuse-all call {ours * 1e6:.1f} us, eager {eager * 1e6:.1f} us "
           f"(ratio {eager / ours:.2f}x); 1 element: whole call {ours1 * 1e6:.2f} us, "
-          f"bare ctypes launch {raw * 1e6:.2f} us")
+          f"bare kernel launch {raw * 1e6:.2f} us")
 
 
 def throughput(directory: str) -> None:
@@ -94,7 +94,7 @@ def throughput(directory: str) -> None:
     x = torch.randn(10_000_000)
     out, tmp = torch.empty_like(x), torch.empty_like(x)
     ours, eager = versus(lambda: mod.call([x]), lambda: torch.sin(torch.cos(x)))
-    k_ours, k_eager = versus(lambda: mod.kernel_0(x.data_ptr(), out.data_ptr(), x.numel()),
+    k_ours, k_eager = versus(lambda: mod.kernel_0(x, out, x.numel()),
                              lambda: torch.sin(torch.cos(x, out=tmp), out=tmp))
     gbs = 2 * 4 * x.numel() / k_ours / 1e9
     print(f"cos->sin 1e7 float32: call {ours * 1e3:.2f} ms vs eager {eager * 1e3:.2f} ms ({eager / ours:.2f}x); "
@@ -106,7 +106,7 @@ def throughput(directory: str) -> None:
     out, tmp = torch.empty_like(x), torch.empty_like(x)
     torch.testing.assert_close(mod.call([x])[0], torch.softmax(x, -1))
     ours, eager = versus(lambda: mod.call([x]), lambda: torch.softmax(x, -1))
-    k_ours, k_eager = versus(lambda: mod.kernel_0(x.data_ptr(), out.data_ptr()),
+    k_ours, k_eager = versus(lambda: mod.kernel_0(x, out),
                              lambda: torch._softmax(x, -1, False, out=tmp))
     print(f"softmax 4096x4096 float32: call {ours * 1e3:.2f} ms vs eager {eager * 1e3:.2f} ms "
           f"({eager / ours:.2f}x); kernel alone {k_ours * 1e3:.2f} ms vs eager out= {k_eager * 1e3:.2f} ms "

@@ -180,6 +180,24 @@ class CppLibrary:
         fn.restype = None
         return fn
 
+    def launcher(self, name: str, n_pointers: int, n_sizes: int):
+        """`kernel`, called with the tensors themselves then the sizes: the launcher extension's object
+        (`launcher.py`: no per-argument Python work) when it is available, else the ctypes function on
+        `data_ptr()`s."""
+        from .launcher import kernel_launcher
+        fast = kernel_launcher(self.cdll, name, n_pointers, n_sizes)
+        if fast is not None:
+            return fast
+        fn = self.kernel(name, n_pointers, n_sizes)
+
+        def launch(*args):
+            if len(args) != n_pointers + n_sizes:
+                raise TypeError(f"kernel {name} takes {n_pointers} tensors and {n_sizes} sizes, got "
+                                f"{len(args)} arguments")
+            fn(*(t.data_ptr() for t in args[:n_pointers]), *args[n_pointers:])
+        launch.__name__ = name
+        return launch
+
     def __repr__(self):
         return f"<CppLibrary {self.path}>"
 

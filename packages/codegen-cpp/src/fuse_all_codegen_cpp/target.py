@@ -1,8 +1,9 @@
 """`CppTarget`: the C++ codegen as a `fuse_all_ir.host.KernelTarget`.
 
 The host program's prelude embeds the whole translation unit as a string and loads it through
-`load_library` (a hash and a dlopen when it is cached), then binds one ctypes launcher per kernel with its
-argument types set once, so a launch is one ctypes call on `data_ptr()`s and int sizes.
+`load_library` (a hash and a dlopen when it is cached), then binds one launcher per kernel: a launch passes
+the tensors and int sizes themselves (`launcher.py`: one C call through each kernel's packed entry point,
+or ctypes on `data_ptr()`s where the launcher extension is not available).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from fuse_all_ir import kernel_sharing
 from fuse_all_ir.program import Kernel, Program
 
 from .choices import CppChoices
+from .launcher import packed_name
 from .render import c_name, helper_sources, prelude, render_kernel
 
 
@@ -43,7 +45,7 @@ class CppTarget:
         self.shared = kernel_sharing.share(sources, lambda name: _normalized(c_name(name), sources[name]))
         unique = [text for name, text in sources.items() if self.shared[name] == name]
         head = [f"// fuse-all: graph {program.graph_id}", prelude(), *helper_sources(unique)]
-        source = "\n\n".join([*head, *unique]) + "\n"
+        source = "\n\n".join([*head, *unique, *(packed_entry(text) for text in unique)]) + "\n"
         lines = [
             "from fuse_all_codegen_cpp import load_library as _fa_load_library",
             "",
@@ -54,12 +56,12 @@ class CppTarget:
             n_ptr = len(kernel.inputs) + len(kernel.outputs)
             same = self.shared[kernel.name]
             note = f"   # same code as {same}" if same != kernel.name else ""
-            lines.append(f"{c_name(kernel.name)} = _fa_cpp.kernel({c_name(same)!r}, {n_ptr}, "
+            lines.append(f"{c_name(kernel.name)} = _fa_cpp.launcher({c_name(same)!r}, {n_ptr}, "
                          f"{len(kernel.size_symbols)}){note}")
         return "\n".join(lines)
 
     def render_launch(self, kernel: Kernel, buffer_args: list[str], size_args: list[str]) -> str:
-        args = [f"{b}.data_ptr()" for b in buffer_args] + list(size_args)
+        args = list(buffer_args) + list(size_args)
         return f"{c_name(kernel.name)}({', '.join(args)})"
 
     def kernel_source(self, kernel: Kernel) -> str:
@@ -68,6 +70,27 @@ class CppTarget:
 
 
 _SIGNATURE = re.compile(r'extern "C" void (\w+)\(([^)]*)\)')
+
+
+def packed_entry(source: str) -> str:
+    """`extern "C" void <kernel>__packed(void* const* p, const int64_t* s)`: the kernel of `source` called
+    on an array of buffer addresses and one of sizes, the one signature the launcher extension calls
+    (`launcher.py`)."""
+    match = _SIGNATURE.search(source)
+    if match is None:
+        raise ValueError("no kernel signature in the rendered source")
+    name, pointers, sizes = match.group(1), 0, 0
+    args = []
+    for param in (p.strip() for p in match.group(2).split(",") if p.strip()):
+        kind = param.rsplit(None, 1)[0].replace("__restrict__", "").strip()
+        if kind.endswith("*"):
+            args.append(f"({kind})p[{pointers}]")
+            pointers += 1
+        else:
+            args.append(f"({kind})s[{sizes}]")
+            sizes += 1
+    return (f'extern "C" void {packed_name(name)}(void* const* p, const int64_t* s) '
+            f'{{ (void)p; (void)s; {name}({", ".join(args)}); }}')
 
 
 def _normalized(name: str, source: str) -> str:

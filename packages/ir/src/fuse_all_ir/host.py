@@ -22,6 +22,7 @@ import torch
 from ._torch_compat import real_tensor_mode
 from .program import Alloc, BufferRef, ExternCall, Free, Kernel, KernelCall, Program, TensorSpec
 from . import memory, sympy_functions
+from .weight_layouts import weight_cache_sites
 
 
 class KernelTarget(Protocol):
@@ -206,6 +207,7 @@ def render_host_program(program: Program, target: KernelTarget) -> str:
         "",
         f"_fa_device = torch.device({program.device!r})",
         *_extern_handles(program),
+        *_weight_cache_slots(program),
     ]
     with real_tensor_mode():
         for name, value in program.constants.items():
@@ -293,8 +295,9 @@ def _render_call_bodies(program: Program, target: KernelTarget) -> tuple[list[st
     externs = 0
     specs = memory.buffer_specs(program)
     handles = _extern_handle_names(program)
-    for step in program.steps:
-        lines, range_name = _render_step(program, target, step, specs, handles), None
+    slots = weight_cache_sites(program)
+    for index, step in enumerate(program.steps):
+        lines, range_name = _render_step(program, target, step, specs, handles, slots.get(index)), None
         if isinstance(step, KernelCall):
             range_name = kernel_range_name(program.graph_id, program.kernels[step.kernel].name)
         elif isinstance(step, ExternCall):
@@ -307,7 +310,8 @@ def _render_call_bodies(program: Program, target: KernelTarget) -> tuple[list[st
     return body + [returned], profiled + [returned]
 
 
-def _render_step(program: Program, target: KernelTarget, step, specs: dict, handles: dict) -> list[str]:
+def _render_step(program: Program, target: KernelTarget, step, specs: dict, handles: dict,
+                 weight_slot: str | None = None) -> list[str]:
     if isinstance(step, Alloc) and step.reuse is not None:
         spec = specs[step.buffer]
         if step.in_place:
@@ -325,8 +329,16 @@ def _render_step(program: Program, target: KernelTarget, step, specs: dict, hand
         return [target.render_launch(kernel, list(kernel.inputs) + list(kernel.outputs),
                                      [str(s) for s in kernel.size_symbols])]
     if isinstance(step, ExternCall):
-        return _render_extern(step, handles)
+        return _render_extern(step, handles, weight_slot)
     raise TypeError(f"unknown step {step!r}")
+
+
+def _weight_cache_slots(program: Program) -> list[str]:
+    sites = weight_cache_sites(program)
+    if not sites:
+        return []
+    return ["from fuse_all_ir.weight_layouts import ChannelsLastWeight",
+            *(f"{name} = ChannelsLastWeight()" for name in sites.values())]
 
 
 def _extern_handle_names(program: Program) -> dict[str, str]:
@@ -340,27 +352,52 @@ def _extern_handle_names(program: Program) -> dict[str, str]:
     return names
 
 
-# ATen overloads whose `torch.<name>` binding takes the same arguments (Inductor's `extern_kernels` calls these
-# too): the Python argument parser and the unboxed kernel cost 5-7 µs less per call than OpOverload's boxed path
-# (H200, a grouped 3x3 convolution on a channels-last input: 28.6 -> 21.9 µs of host time per call).
-_TORCH_BINDINGS = {"aten.convolution.default": "convolution", "aten.mm.default": "mm", "aten.bmm.default": "bmm",
-                   "aten.addmm.default": "addmm", "aten.baddbmm.default": "baddbmm"}
-_TORCH_BINDING_KWARGS = {"beta", "alpha"}
+# ATen ops whose calls go through torch's generated Python binding (`torch.convolution`, as Inductor's
+# `extern_kernels` do) instead of the OpOverload: the OpOverload converts its arguments through the boxed,
+# schema-driven path, ~0.7 us more per small call and ~3 us more per convolution on CPU (52 convolutions in
+# MobileNetV2: ~0.17 ms of a 4.5 ms call; on the H200 host, a grouped 3x3 convolution 28.6 -> 21.9 us). Only ops whose binding, given this many positional arguments and
+# only these keywords, can resolve to this overload and no other (the `.dtype` overloads need one more
+# positional argument, the deprecated Scalar-first signatures four or five); tests/ir/test_host_program.py
+# checks that each resolves to its overload: {op: (torch function, positional count, keywords allowed)}.
+BOUND_FUNCTIONS = {
+    "aten.convolution.default": ("convolution", 9, frozenset()),
+    "aten.addmm.default": ("addmm", 3, frozenset({"beta", "alpha"})),
+    "aten.mm.default": ("mm", 2, frozenset()),
+    "aten.bmm.default": ("bmm", 2, frozenset()),
+    "aten.baddbmm.default": ("baddbmm", 3, frozenset({"beta", "alpha"})),
+}
+
+
+def _binding_fits(step: ExternCall) -> bool:
+    bound = BOUND_FUNCTIONS.get(str(step.target))
+    return (bound is not None and len(step.args) == bound[1] and set(step.kwargs) <= bound[2]
+            and hasattr(torch._C._VariableFunctions, bound[0]))
 
 
 def _extern_handles(program: Program) -> list[str]:
-    by_name = {s: n for s, n in _TORCH_BINDINGS.items()
-               if all(set(step.kwargs) <= _TORCH_BINDING_KWARGS for step in program.steps
-                      if isinstance(step, ExternCall) and str(step.target) == s)}
-    return [f"{name} = torch.{by_name[target]}" if target in by_name else f"{name} = torch.ops.{target}"
-            for target, name in _extern_handle_names(program).items()]
+    """One module-level name per ATen op: its Python binding where every call of the op fits it, else
+    `torch.ops.<op>`."""
+    fits: dict[str, bool] = {}
+    for step in program.steps:
+        if isinstance(step, ExternCall):
+            fits[str(step.target)] = fits.get(str(step.target), True) and _binding_fits(step)
+    lines = []
+    for target, name in _extern_handle_names(program).items():
+        if fits.get(target):
+            lines.append(f"{name} = torch._C._VariableFunctions.{BOUND_FUNCTIONS[target][0]}   # {target}")
+        else:
+            lines.append(f"{name} = torch.ops.{target}")
+    return lines
 
 
-def _render_extern(step: ExternCall, handles: dict[str, str]) -> list[str]:
+def _render_extern(step: ExternCall, handles: dict[str, str], weight_slot: str | None = None) -> list[str]:
     """An op that writes into an argument gets its views through `as_strided` (a real view: the write
-    shows in the base's version counter, as eager's would); other ops through `reinterpret_tensor`."""
+    shows in the base's version counter, as eager's would); other ops through `reinterpret_tensor`.
+    `weight_slot`: the convolution's weight goes through that `ChannelsLastWeight`."""
     literal = _output_literal if memory.extern_writes(step.target) else py_literal
     args = [literal(a) for a in step.args] + [f"{k}={literal(v)}" for k, v in step.kwargs.items()]
+    if weight_slot is not None:
+        args[1] = f"{weight_slot}({args[1]})"
     call = f"{handles[str(step.target)]}({', '.join(args)})"
     if step.single_result:
         lines = [f"{step.outputs[0] or '_'} = {call}"]

@@ -7,15 +7,15 @@ convolution input that is not channels-last is cloned to channels-last before lo
 propagation re-derives every downstream stride: pointwise kernels then keep NHWC (TensorIterator's rule,
 which the lowering follows through `meta["val"]`), and only the graph's first convolution pays a layout copy.
 
-Weights: cuDNN picks NHWC when either operand is channels-last and then converts an NCHW weight itself,
-one strided ATen copy per convolution and call (on the H200, 34 such copies were 0.33 ms of a ResNet-50
-training step, forward and backward). On CUDA every weight that is not channels-last already (1x1 kernels
-are) is cloned to channels-last in the graph instead, as Inductor's `require_channels_last(weight)` does: a
+Weights: cuDNN and oneDNN pick NHWC when either operand is channels-last and then convert an NCHW weight
+themselves, one strided copy per convolution and call (on the H200, 34 such copies were 0.33 ms of a ResNet-50
+training step, forward and backward). On CUDA every weight that is not channels-last already (1x1 kernels are)
+is cloned to channels-last in the graph instead, as Inductor's `require_channels_last(weight)` does: a
 generated kernel, before the convolution in the forward and before `convolution_backward` in the backward.
-A cached converted copy would save even that, but parameters are graph inputs whose values may change in
-place between calls (optimizer steps, `load_state_dict`) without changing their storage, which a CUDA graph
-replay cannot notice. oneDNN reorders weights into its own blocked format whatever their strides, so CPU
-graphs keep theirs.
+It is not kept across calls there: a CUDA graph replay would not run a staleness check. On CPU, inference
+graphs can keep the converted copy while the parameter is unchanged (`weight_layouts.py`, option
+`weight_layout_cache`: checked at every call by identity, storage and `_version`); not training graphs, whose
+weights change at every step.
 
 What the caller sees keeps the strides it had: every user-visible output (all outputs of an inference graph,
 the first `num_user_outputs` of a training forward) is cloned back where its strides changed. A training

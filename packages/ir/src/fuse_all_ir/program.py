@@ -248,6 +248,9 @@ class Program:
     size_hints: dict[sympy.Symbol, int] = field(default_factory=dict)    # example value of each symbol
     report: Any = None                   # report.FusionReport
     constants: dict = field(default_factory=dict)  # name -> small tensor (read like an input), embedded in code
+    # inputs that are parameters of a CPU inference graph: their convolutions' channels-last weight copies
+    # are kept across calls while unchanged (weight_layouts.py); set by the backend before rendering
+    weight_cache_inputs: frozenset = frozenset()
 
     def buffer_dtypes(self) -> dict[str, DType]:
         """The dtype of every graph input tensor and intermediate buffer, by name."""
