@@ -99,8 +99,8 @@ OPTION_HELP = {
                   "layout; `True`: channels-last where the heuristics expect a gain",
     "weight_layout_cache": "CPU inference graphs: keep the channels-last copy of a convolution weight that "
                            "oneDNN would make at every call, while the parameter is unchanged (same object, "
-                           "storage and `_version`; writes through `.data` are not seen: `False` for models "
-                           "updated that way)",
+                           "storage and `_version`). Off by default: writes through `p.data` (EMA updates, "
+                           "manual re-initialisation) do not bump `_version` and would go unseen",
 }
 
 
