@@ -79,8 +79,9 @@ def gcc_flags() -> list[str]:
     the select (`isnan(relu(x))` becomes `x > 0 ? isnan(x) : false`, `valid & m` over a loop-invariant
     window test becomes `valid ? m : false`). GCC 12's vectoriser cannot widen such a select of a mask
     whose masks differ in precision and leaves the whole `omp simd` loop scalar: BatchNorm + ReLU +
-    3x3 max-pool ran 9x slower than Inductor's kernels. The generated code has no repeated expressions
-    for PRE to remove (the IR shares values), so nothing is lost."""
+    3x3 max-pool ran 9x slower than Inductor's kernels. The IR already shares values, so PRE has little
+    left to remove: the generated-kernel time of resnet50, mobilenet v2/v3, bert and add+LayerNorm+GELU
+    did not grow without it (bench/profile_cpu.py, RESULTS.md)."""
     try:
         identity = _compiler_identity(tuple(find_compiler()))
     except CppCompilerNotFound:
