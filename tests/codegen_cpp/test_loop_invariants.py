@@ -4,9 +4,14 @@ GCC 12 left the last phase of add + LayerNorm + GELU scalar ("latch block not em
 row's first element of `x + y` (the two-pass variance's shift) inside the loop: a scalar libm `erff` per
 element, 7.6x Inductor's CPU time. These tests check the results against a float64 reference (relative to
 eager's own error) and, with GCC, that its vectorisation report names every simd loop of the kernel.
+
+BatchNorm + ReLU + 3x3 stride-2 max-pool over channels-last (resnet50's stem) stayed scalar for another
+reason: GCC's PRE threaded the pool's NaN test of each ReLU output through ReLU's select, a select of masks
+that GCC 12 cannot vectorise (compiler.gcc_flags turns PRE off).
 """
 from __future__ import annotations
 
+import copy
 import subprocess
 import tempfile
 from pathlib import Path
@@ -103,4 +108,30 @@ def test_pointwise_row_values_are_read_once_per_row():
     kernel = tu[tu.index('extern "C" void kernel_'):]
     before_inner_loop = kernel[: kernel.index("#pragma omp simd")]
     assert "fa_exp" in before_inner_loop and "[x0]" in before_inner_loop, kernel
+    assert _unvectorised_simd_loops(tu) == []
+
+
+def _bn_relu_maxpool():
+    m = torch.nn.Sequential(torch.nn.BatchNorm2d(64), torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1)).eval()
+    with torch.no_grad():
+        m[0].running_mean.normal_(), m[0].running_var.uniform_(0.5, 2.0)
+        m[0].weight.normal_(), m[0].bias.normal_()
+    return m
+
+
+def test_batchnorm_relu_maxpool_channels_last_vectorises():
+    """resnet50's stem after the convolution, channels-last: the simd loop over the channels reads the nine
+    window positions (edge ones behind a loop-invariant window test) and vectorises."""
+    m = _bn_relu_maxpool()
+    x = (torch.randn(1, 64, 32, 32) * 2).to(memory_format=torch.channels_last)
+    compiled = torch.compile(m, backend="fuse_all", options={"fallback": False}, dynamic=False)
+    with torch.no_grad():
+        ours, eager, reference = compiled(x), m(x), copy.deepcopy(m).double()(x.double())
+        assert _error(ours, reference) <= max(4 * _error(eager, reference), 1e-6), (
+            _error(ours, reference), _error(eager, reference))
+        x[0, 3, 0, 0] = x[0, 5, 7, 9] = float("nan")       # max-pool propagates NaN like eager
+        torch.testing.assert_close(compiled(x), m(x), rtol=0, atol=1e-5, equal_nan=True)
+    tu = _last_graph_source()
+    kernel = tu[tu.index('extern "C" void kernel_'):]
+    assert kernel.count("fa_max(") >= 9 and " ? arg" in kernel, kernel
     assert _unvectorised_simd_loops(tu) == []

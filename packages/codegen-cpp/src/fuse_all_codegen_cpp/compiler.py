@@ -70,7 +70,24 @@ def find_compiler() -> list[str]:
 
 
 def compile_flags() -> list[str]:
-    return list(BASE_FLAGS) + vector_width_flags() + shlex.split(os.environ.get("FUSE_ALL_CXXFLAGS", ""))
+    return (list(BASE_FLAGS) + vector_width_flags() + gcc_flags()
+            + shlex.split(os.environ.get("FUSE_ALL_CXXFLAGS", "")))
+
+
+def gcc_flags() -> list[str]:
+    """-fno-tree-pre: GCC's partial redundancy elimination threads a NaN test of a select's result through
+    the select (`isnan(relu(x))` becomes `x > 0 ? isnan(x) : false`, `valid & m` over a loop-invariant
+    window test becomes `valid ? m : false`). GCC 12's vectoriser cannot widen such a select of a mask
+    whose masks differ in precision and leaves the whole `omp simd` loop scalar: BatchNorm + ReLU +
+    3x3 max-pool ran 9x slower than Inductor's kernels. The IR already shares values, so PRE has little
+    left to remove: the generated-kernel time of resnet50, mobilenet v2/v3, bert and add+LayerNorm+GELU
+    did not grow without it (bench/profile_cpu.py, RESULTS.md)."""
+    try:
+        identity = _compiler_identity(tuple(find_compiler()))
+    except CppCompilerNotFound:
+        return []
+    is_gcc = "Free Software Foundation" in identity and "clang" not in identity.lower()
+    return ["-fno-tree-pre"] if is_gcc else []
 
 
 def vector_width_flags() -> list[str]:
