@@ -2,7 +2,8 @@
 
 Judgement (per output, per call, and per gradient in training programs):
   - dtype and shape equal eager's; strides (dims of size > 1) equal those of the traced graph (PyTorch's
-    meta functions under FakeTensorMode, the contract fuse_all lays outputs out by) or eager's, where the
+    meta functions under FakeTensorMode and the Python dispatcher, as Dynamo traces: the contract fuse_all
+    lays outputs out by) or eager's, where the
     two differ (see `_same_layout`); stride-0 (broadcast) dims included;
   - exact values (integers, bools, and floats the generator marked exact) equal eager's bit for bit;
   - other float values: error against the float64 reference, element-wise relative to |ref| plus a small
@@ -114,8 +115,14 @@ def _same_layout(actual, eager, traced_strides) -> bool:
 
 
 def traced_layouts(fn, inputs):
+    """Output layouts as Dynamo and AOTAutograd trace them: FakeTensorMode under the Python dispatcher,
+    which picks Python meta registrations for some ops. Their strides may differ from the C++ meta
+    kernels' (TensorIterator's, eager's): `torch.where(a1 > 0, a1, a0)` of an (11,) a1 and a (64, 1, 3, 11)
+    a0 of strides (1, 1, 0, 64) is (1, 192, 64, 192) in the graph, (3, 1, 1, 192) in eager and under a
+    plain FakeTensorMode (fuzz seed 105 index 264: fuse_all and Inductor lay it out as the graph says)."""
+    from torch._dispatch.python import enable_python_dispatcher
     from torch._subclasses.fake_tensor import FakeTensorMode
-    with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+    with FakeTensorMode(allow_non_fake_inputs=False) as mode, enable_python_dispatcher():
         fakes = [mode.from_tensor(x) for x in inputs]
         out = fn(*fakes)
     return [(_strides(t), t.shape) for t in pytree.tree_leaves(out)]

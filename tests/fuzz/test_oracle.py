@@ -10,6 +10,7 @@ from torch._dynamo.backends.common import aot_autograd
 import fuse_all
 import fuzzcheck
 import fuzzgen
+from fuse_all_optest import BOTH
 
 
 def _program(lines, outputs, inputs, exact=()):
@@ -151,3 +152,25 @@ def test_eager_layout_is_accepted_where_the_meta_functions_differ():
     assert eager.stride() == (9, 3, 1, 1)
     assert _kinds(prog, "aot_eager") == []
     assert _kinds(prog, "fuse_all") == []
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_traced_layout_is_the_graphs_where_the_python_meta_functions_differ_from_eager(codegen):
+    """Dynamo traces under the Python dispatcher, whose meta registrations lay `torch.where(a1 > 0, a1, a0)`
+    of an (11,) a1 and a (64, 1, 3, 11) a0 of strides (1, 1, 0, 64) out as (1, 192, 64, 192); eager's
+    TensorIterator (and a plain FakeTensorMode) as (3, 1, 1, 192). fuse_all and Inductor follow the graph:
+    the oracle must judge by the graph's layout, not the C++ meta kernels' (fuzz seed 105 index 264)."""
+    specs = [fuzzgen.InputSpec("a0", [(64, 1, 3, 11)], torch.float64, (3, 2, 0, 1), (1, 1, 1, 1), (2,), 0, 0.5, 2.0),
+             fuzzgen.InputSpec("a1", [(11,)], torch.float64, (0,), (1,), (), 0, -4.0, 4.0)]
+    prog = fuzzgen.Program(0, 0, specs, [("v0", "a1 > 0", "test"), ("v1", "torch.where(v0, a1, a0)", "test"),
+                                         ("v2", "torch.where(v0, v1, a1).clamp(-1.0, 1.0) * 0.5 + 1.0", "test")],
+                           ["v2", "v1"])
+    inputs = fuzzcheck.inputs_for(prog, 0)
+    assert inputs[0].stride() == (1, 1, 0, 64)
+    eager = fuzzcheck.build(prog.source())(*inputs)
+    assert [t.stride() for t in eager] == [(3, 1, 1, 192)] * 2
+    assert [strides for strides, _ in fuzzcheck.traced_layouts(fuzzcheck.build(prog.source()), inputs)] == \
+        [[1, 64, 192]] * 2
+    res = fuzzcheck.run_program(prog, codegen, "fuse_all")
+    assert res.invalid is None, res.invalid
+    assert [(f.kind, f.detail) for f in res.findings] == []

@@ -505,3 +505,16 @@ def test_var_gradient_of_one_fused_half_element_is_nan_as_in_eager(codegen):
     (expected,) = torch.autograd.grad(fn(a), a, cotangents)
     (actual,) = torch.autograd.grad(compile_fn(fn, codegen)(a), a, cotangents)
     assert expected.isnan() and actual.isnan(), (actual, expected)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_an_integer_cast_of_a_small_negative_float_is_positive_zero(codegen, dtype):
+    """C++: under -fno-trapping-math GCC folded `(float)(int64_t)x` into `truncf(x)`, so the int64 cast of
+    -0.5 read back as a float was -0.0: `copysign(a1, a0.long())` flipped a1's sign, and 1 / it gave -inf
+    where eager has +inf. Fuzz: seed 106 index 201 (cpp)."""
+    def fn(a0, a1):
+        whole = a0.to(torch.int64)
+        return torch.copysign(a1, whole), 1 / whole.to(dtype), torch.copysign(a1, a0.to(torch.int32).to(dtype))
+    a0 = torch.linspace(-0.99, 0.99, 64, dtype=dtype)
+    _run_calls(fn, [[a0, torch.rand(64, dtype=dtype) + 0.5]], codegen)

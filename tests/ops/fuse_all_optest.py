@@ -326,10 +326,12 @@ def _backward(outputs, cots):
 
 def traced_output_strides(fn, inputs) -> dict[str, tuple[int, ...]]:
     """{output keystr: strides} of `fn`'s tensor outputs as this torch's meta functions predict them
-    (FakeTensorMode): the layout a traced graph promises."""
+    (FakeTensorMode under the Python dispatcher, as Dynamo and AOTAutograd trace, see
+    fuzzcheck.traced_layouts): the layout a traced graph promises."""
+    from torch._dispatch.python import enable_python_dispatcher
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with FakeTensorMode() as mode:
+    with FakeTensorMode() as mode, enable_python_dispatcher():
         fakes = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs]
         outputs = fn(*fakes)
     return {pytree.keystr(path): tuple(t.stride()) for path, t in pytree.tree_flatten_with_path(outputs)[0]

@@ -155,3 +155,17 @@ INT_VIEWS = {
 @pytest.mark.parametrize("layout,codegen", params(["transposed", "sliced"], triton=()))
 def test_int_bool_views(layout, codegen):
     check_ops(INT_VIEWS, make(V4, torch.int64, layout), make(V4, torch.bool, layout), codegen=codegen)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_where_over_an_expanded_permuted_input_is_laid_out_as_traced(codegen):
+    """The graph's `where`/`add` of an (11,) tensor and a (64, 1, 3, 11) one of strides (1, 1, 0, 64) are
+    (1, 192, 64, 192) as Dynamo traces them (Python meta functions), (3, 1, 1, 192) in eager: the compiled
+    graph follows the graph, as Inductor does, and `traced_layout` must judge by the same meta functions
+    (fuzz seed 105 index 264)."""
+    def fn(a0, a1):
+        v0 = a1 > 0
+        v1 = torch.where(v0, a1, a0)
+        return torch.where(v0, v1, a1).clamp(-1.0, 1.0) * 0.5 + 1.0, v1, a0 + a1
+    a0 = torch.rand(11, 1, 64, 1, dtype=torch.float64).permute(2, 3, 1, 0).expand(64, 1, 3, 11)
+    check(fn, a0, torch.randn(11, dtype=torch.float64), codegen=codegen, traced_layout=True)

@@ -157,15 +157,26 @@ def render_cast(expr: str, src: str, dst: str) -> str:
         return expr   # same compute type (float16 -> float32 included: the value already is a float)
     if dst == "bool":
         return f"({expr} != 0)"
+    ctype = compute_type(dst)
+    if dtype_class(src) is DTypeClass.INT and dtype_class(dst) is DTypeClass.FLOAT:
+        expr = _int_to_float(expr, compute_type(dst))
+        return {"float16": f"fa_round_h({expr})", "bfloat16": f"fa_round_b({expr})"}.get(dst, expr)
     if dst == "float16":
         return f"fa_round_h((float){expr})"
     if dst == "bfloat16":
         return f"fa_round_b((float){expr})"
-    ctype = compute_type(dst)
     if dtype_class(dst) is DTypeClass.INT and dtype_class(src) is DTypeClass.FLOAT and dst != "int64":
         # float -> narrow int through int64: defined wrap-around for values outside the target's range
         return f"(({ctype})(int64_t){expr})"
     return f"(({ctype}){expr})"
+
+
+def _int_to_float(expr: str, ctype: str) -> str:
+    """An integer as a float, zero as +0.0. Under -fno-trapping-math GCC (12 at least) folds
+    `(float)(int64_t)x` of a float x into `truncf(x)`, which keeps the sign of zero: an int64 cast of -0.5
+    read back as a float was -0.0, so `copysign(y, a.long())` flipped y's sign and `1 / a.long().float()`
+    would give -inf (fuzz seed 106 index 201). The select on the integer is outside that pattern."""
+    return f"({expr} == 0 ? ({ctype})0 : ({ctype}){expr})"
 
 
 # ---- literals and accumulators --------------------------------------------------------------------------
