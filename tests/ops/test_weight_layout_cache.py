@@ -68,13 +68,19 @@ def _check(compiled, net, x):
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
-def test_copies_kept_while_weights_unchanged(model):
+def _compiled_and_called(net, calls: int):
+    """`net` compiled with the cache on and called `calls` times on one input (each checked against eager):
+    the compiled module, the input, and the cache sites its compile made."""
     before = _site_ids()
-    compiled = torch.compile(model, backend="fuse_all", options=ON)
+    compiled = torch.compile(net, backend="fuse_all", options=ON)
     x = torch.randn(2, 3, 16, 16)
-    for _ in range(4):
-        _check(compiled, model, x)
-    sites = _new_sites(before)
+    for _ in range(calls):
+        _check(compiled, net, x)
+    return compiled, x, _new_sites(before)
+
+
+def test_copies_kept_while_weights_unchanged(model):
+    compiled, x, sites = _compiled_and_called(model, 4)
     assert len(sites) == 2            # stem and body; the depthwise and 1x1 weights need no copy
     # call 1: seen, call 2: seen unchanged -> kept, calls 3 and 4: reused
     assert sorted((s.hits, s.misses, s.holding) for s in sites) == [(2, 2, True)] * 2
@@ -83,12 +89,7 @@ def test_copies_kept_while_weights_unchanged(model):
 
 
 def test_every_kind_of_weight_update_between_calls_gives_eager_answer(model):
-    before = _site_ids()
-    compiled = torch.compile(model, backend="fuse_all", options=ON)
-    x = torch.randn(2, 3, 16, 16)
-    for _ in range(3):
-        _check(compiled, model, x)
-    sites = _new_sites(before)
+    compiled, x, sites = _compiled_and_called(model, 3)
     assert all(s.holding for s in sites) and len(sites) == 2
 
     updates = {
@@ -179,12 +180,7 @@ def test_inference_tensors_are_not_cached():
 def test_copy_released_with_the_model():
     torch.manual_seed(2)
     net = Net().eval()
-    before = _site_ids()
-    compiled = torch.compile(net, backend="fuse_all", options=ON)
-    x = torch.randn(2, 3, 16, 16)
-    for _ in range(3):
-        _check(compiled, net, x)
-    sites = _new_sites(before)
+    compiled, x, sites = _compiled_and_called(net, 3)
     assert len(sites) == 2 and all(s.holding for s in sites)
     del net, compiled
     torch._dynamo.reset()   # Dynamo's guards refer to the parameters; the host program may live on
