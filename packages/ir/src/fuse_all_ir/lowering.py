@@ -369,8 +369,12 @@ class GraphLowering:
         consumers into one kernel); a value read once stays an expression inside its consumer."""
         if not isinstance(result, Value) or result.view is not None:
             return
-        users = len(node.users)
-        if (users > 1 and not (self.recompute_shared and _recomputable(node, result))) or expr_stats(result)[0] > 64:
+        shared = len(node.users) > 1
+        if shared and not self.recompute_shared:
+            self.realize(result, _meta_stride(node))
+            return
+        ops, buffers = expr_stats(result)   # one probe of the expression serves both tests
+        if (shared and not _recomputable(node, ops, buffers)) or ops > 64:
             self.realize(result, _meta_stride(node))
         else:
             self.inlined.append((_target_name(node.target), CURRENT_ORIGIN.get()))
@@ -452,15 +456,14 @@ RECOMPUTE_MAX_OPS = 30
 RECOMPUTE_MAX_READS = 4
 
 
-def _recomputable(node: torch.fx.Node, value: Value) -> bool:
-    """Every consumer is an op with a lowering (an ATen call or the graph output needs the buffer), and the
-    expression is small (see RECOMPUTE_MAX_OPS)."""
-    for user in node.users:
-        if (user.op != "call_function" or not isinstance(user.target, torch._ops.OpOverload)
-                or LOWERINGS.get(user.target) is None or _unlowerable_reason(user) is not None):
-            return False
-    ops, buffers = expr_stats(value)
-    return ops <= RECOMPUTE_MAX_OPS and len(buffers) <= RECOMPUTE_MAX_READS
+def _recomputable(node: torch.fx.Node, ops: int, buffers: set) -> bool:
+    """The value's expression (`ops` nodes over `buffers`) is small (see RECOMPUTE_MAX_OPS) and every consumer
+    is an op with a lowering (an ATen call or the graph output needs the buffer)."""
+    if ops > RECOMPUTE_MAX_OPS or len(buffers) > RECOMPUTE_MAX_READS:
+        return False
+    return all(user.op == "call_function" and isinstance(user.target, torch._ops.OpOverload)
+               and LOWERINGS.get(user.target) is not None and _unlowerable_reason(user) is None
+               for user in node.users)
 
 
 def _stride_rank(stride):
