@@ -12,6 +12,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # kernel_examples
 
 
+def kernel_entries(cache: Path) -> list[str]:
+    """Triton's cache entries of compiled kernels (not of the C launchers a worker builds on Triton 3.6)."""
+    return sorted(entry.name for entry in cache.iterdir()
+                  if not any(f.name.startswith("__triton_launcher") for f in entry.iterdir()))
+
+
 def main() -> None:
     import kernel_examples as ke
     from triton.backends.compiler import GPUTarget
@@ -34,7 +40,7 @@ def main() -> None:
         hashes = list(pool.map(lambda job: compiler.compile_only(*job, target=target).hash, jobs))
     workers = compiler._WORKERS
     print(json.dumps({"jobs": len(jobs), "hashes": sorted(hashes),
-                      "entries": sorted(os.listdir(os.environ["TRITON_CACHE_DIR"])),
+                      "entries": kernel_entries(Path(os.environ["TRITON_CACHE_DIR"])),
                       "workers": len(workers._workers) if workers else 0,
                       "broken": workers.broken if workers else None}))
 

@@ -8,7 +8,9 @@ A job carries a kernel's *source text*, not a path: the worker writes it into a 
 (`tempfile.mkdtemp`, 0700) and imports it from there, padded so that the function starts on the line it
 starts on in the host program, since Triton's cache key includes that line. The worker compiles into
 Triton's cache folder (the parent's, passed with each job: `secure_cache_dir` checked it is private);
-the parent then runs the same `triton.compile`, which finds the entry and only loads it.
+the parent then runs the same `triton.compile`, which finds the entry and only loads it. On Triton 3.6 the
+worker also builds the kernel's C launcher into that cache (`_triton_compat.prebuild_launcher`), which the
+parent would otherwise build with the C compiler at the kernel's first launch.
 
 Parent side: `WorkerPool.compile(fn, signature, ...)` (used by `compiler.compile_variant`). Any failure of
 the worker machinery (a worker that does not start or dies) is logged once and the compile runs in the
@@ -78,6 +80,7 @@ def _compile_job(job: dict, folder: str, modules: dict) -> str:
     target = GPUTarget(*job["target"])
     kernel = compat.compile_kernel(fn, job["signature"], job["constexprs"], job["divisible"], job["num_warps"],
                                    job["num_stages"], target=target)
+    compat.prebuild_launcher(kernel)
     return kernel.hash
 
 
