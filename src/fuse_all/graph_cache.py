@@ -16,9 +16,11 @@ entries of another). Where an entry lives and how it is written is torch's (its 
 `TORCHINDUCTOR_CACHE_DIR`); torch also carries it in `torch.compiler.save_cache_artifacts()`. An entry
 that fails to load makes torch compile the graph again ("bypass"), never run a damaged program.
 
+A training graph's entry (forward and backward together) is saved when its backward compiles, at the first
+backward call (`fuse_all_capture.compat.bundle_lazy_backward_save`).
+
 Not kept: graphs that fell back to ATen, debug compiles (the debug folder is written on a full compile
-only), training graphs (torch saves them when the backward compiles, outside the backend's call), and
-anything while caches are off (`FUSE_ALL_FORCE_DISABLE_CACHES`, `TORCHINDUCTOR_FORCE_DISABLE_CACHES`).
+only), and anything while caches are off (`FUSE_ALL_FORCE_DISABLE_CACHES`, `TORCHINDUCTOR_FORCE_DISABLE_CACHES`).
 """
 from __future__ import annotations
 

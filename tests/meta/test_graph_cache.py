@@ -192,3 +192,44 @@ def test_a_training_graph_loaded_from_the_cache_runs_its_backward(tmp_path):
         results.append(json.loads(lines[-1][2:]))
     assert all(e < 1e-6 for r in results for e in r["errors"]), results
     assert any(results[1]["from_cache"]), results   # the second process did load from the cache
+
+
+TRAIN_STATIC = r'''
+import json, torch, fuse_all
+import torch._functorch.config as functorch_config
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.Linear(8, 3))
+compiled = torch.compile(model, backend="fuse_all")
+x = torch.randn(4, 6)
+errors = []
+for _ in range(2):
+    model.zero_grad()
+    compiled(x).square().sum().backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).square().sum().backward()
+    errors += [(g - p.grad).abs().max().item() for g, p in zip(got, model.parameters())]
+print("@@" + json.dumps({"errors": errors, "from_cache": [r.from_cache for r in fuse_all.compiled_graphs()],
+                         "bundled_after": functorch_config.bundled_autograd_cache}))
+'''
+
+
+def test_a_static_training_graph_is_kept_when_its_backward_compiles(tmp_path):
+    """Static shapes: the backward compiles lazily at the first backward call, outside the backend's call,
+    and torch saves the pair's entry right then; it is bundled (and so kept) only while
+    `bundled_autograd_cache` is on (`compat.bundle_lazy_backward_save`), which is put back after. The
+    second process loads both graphs and skips the tracing."""
+    environ = {**os.environ, "FUSE_ALL_CACHE_DIR": str(tmp_path / "fa"),
+               "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+               "FUSE_ALL_FORCE_DISABLE_CACHES": "0", "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "0"}
+    results = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", TRAIN_STATIC], capture_output=True, text=True, timeout=300,
+                              env=environ)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@")]
+        assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+        results.append(json.loads(lines[-1][2:]))
+    assert all(e < 1e-5 for r in results for e in r["errors"]), results
+    assert results[0]["from_cache"] == [False, False], results
+    assert results[1]["from_cache"] == [True, True], results     # forward and backward loaded
+    assert not any(r["bundled_after"] for r in results), results  # torch's setting put back

@@ -67,16 +67,17 @@ def make_backend(
     (keyed by that tag besides the graph): a later process compiling the same graph skips AOTAutograd's
     tracing and `compile_graph` and loads the entry instead. For that, every callable `compile_graph`
     returns must carry, as `__wrapped__`, a torch `OutputCode` that pickles (`compat.output_code_base`);
-    an entry whose `prepare_for_serialization` raises is not saved. Training graphs are not kept (torch
-    saves them when the backward compiles, outside this backend's call).
+    an entry whose `prepare_for_serialization` raises is not saved. A training graph's entry is saved when
+    its backward compiles (lazily, at the first backward: `compat.bundle_lazy_backward_save`).
     """
     table = decomposition_table() if decompositions is None else dict(decompositions)
     partition_fn = compat.partition_function(partition) if isinstance(partition, str) else partition
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **_options: Any) -> Callable[..., Any]:
         dynamo_graph = _Described(gm)     # on the first compile: a cache hit compiles nothing
-        compilers = {kind: _aten_compiler(kind, dynamo_graph, compile_graph) for kind in _GRAPH_ID_SUFFIX}
         tag = aot_cache_tag
+        compilers = {kind: _aten_compiler(kind, dynamo_graph, compile_graph, cached=bool(tag))
+                     for kind in _GRAPH_ID_SUFFIX}
         if tag:
             compilers = {kind: compat.serializable_compiler(fn) for kind, fn in compilers.items()}
         aot = compat.aot_autograd(
@@ -137,8 +138,21 @@ class _Described:
             return self._value
 
 
-def _aten_compiler(kind: str, described: _Described, compile_graph: CompileGraph) -> Callable[..., Any]:
+def _aten_compiler(kind: str, described: _Described, compile_graph: CompileGraph,
+                   cached: bool = False) -> Callable[..., Any]:
     def compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        restore_cache_setting = compat.bundle_lazy_backward_save() if cached and kind == "backward" else None
+        try:
+            compiled = _compile_aten(gm, example_inputs)
+        except BaseException:
+            if restore_cache_setting is not None:
+                restore_cache_setting()
+            raise
+        if restore_cache_setting is None:
+            return compiled
+        return _after_first_call(compiled, restore_cache_setting)
+
+    def _compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         dynamo_graph = described()
         meta = compat.forward_metadata()
         placeholders = [node.name for node in gm.graph.nodes if node.op == "placeholder"]
@@ -225,6 +239,21 @@ def _saved_static_inputs(placeholders: list[str], forward_static: frozenset[int]
         if match and int(match[1]) - 1 in forward_static:
             static.append(index)
     return static
+
+
+def _after_first_call(compiled: Callable[..., Any], then: Callable[[], None]) -> Callable[..., Any]:
+    """`compiled` (boxed), running `then` once, when it is first called; keeps `__wrapped__` (the cache
+    entry torch pickles) reachable."""
+    pending = [then]
+
+    def call(args: list) -> Any:
+        if pending:
+            pending.pop()()
+        return compiled(args)
+
+    call._boxed_call = True  # type: ignore[attr-defined]
+    call.__wrapped__ = compiled  # type: ignore[attr-defined]
+    return call
 
 
 def _boxed(compiled: Callable[..., Any]) -> Callable[..., Any]:

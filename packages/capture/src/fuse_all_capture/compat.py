@@ -274,3 +274,24 @@ def aot_cache_config(tag: str):
         stack.close()
         return contextlib.nullcontext()
     return stack
+
+
+def bundle_lazy_backward_save() -> Callable[[], None] | None:
+    """A training graph's backward compiles lazily, at the first backward call, outside the backend's call
+    and so outside `aot_cache_config`: torch then saves the pair's cache entry right after the backward
+    compiler returns (runtime_wrappers.py, `try_save_cache_entry`, 2.11 and 2.14) and bundles it only if
+    `bundled_autograd_cache` is on at that moment. Turns it on; returns the function that puts it back,
+    which the compiled backward calls on its first call (torch calls it right after saving). None when it
+    is on already (a backward compiled with the forward: dynamic shapes) or torch has no such setting."""
+    try:
+        import torch._functorch.config as functorch_config
+        previous = functorch_config.bundled_autograd_cache
+    except (ImportError, AttributeError):
+        return None
+    if previous:
+        return None
+    functorch_config.bundled_autograd_cache = True
+
+    def restore() -> None:
+        functorch_config.bundled_autograd_cache = previous
+    return restore
