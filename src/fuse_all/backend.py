@@ -282,7 +282,21 @@ _GRAPHED: weakref.WeakSet = weakref.WeakSet()   # every live CUDA-graph wrapper,
 
 
 def cudagraphs_for_cached(call, code, example_inputs, record: CompiledGraph):
-    """CUDA graphs around a graph loaded from the AOTAutograd cache (graph_cache.py)."""
+    """CUDA graphs around a graph loaded from the AOTAutograd cache (graph_cache.py). torch hands a cached
+    backward the *forward's* inputs as its example inputs (aot_autograd_result.py: both graphs are loaded
+    with the forward's arguments), so a backward is wrapped at its first call, from that call's inputs."""
+    if code.kind != "backward":
+        return _cudagraphs_for_cached(call, code, example_inputs, record)
+
+    def wrap_at_first_call(args: list):
+        graphed = _cudagraphs_for_cached(call, code, list(args), record)
+        code._call = graphed          # GraphCode calls it directly from now on
+        return graphed(args)
+    wrap_at_first_call._boxed_call = True
+    return wrap_at_first_call
+
+
+def _cudagraphs_for_cached(call, code, example_inputs, record: CompiledGraph):
     from types import SimpleNamespace
     graph = SimpleNamespace(graph_id=code.graph_id, device=code.device, example_inputs=example_inputs,
                             static_input_indices=code.static_input_indices,
