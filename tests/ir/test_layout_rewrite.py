@@ -143,3 +143,75 @@ def test_backward_converts_the_weight_once_in_the_graph():
     conv_backward = next(n for n in gm.graph.nodes if n.target is aten.convolution_backward.default)
     assert conv_backward.args[2].target is aten.clone.default and _is_nhwc(conv_backward.args[2].meta["val"])
     assert [o.stride() for o in _outputs(gm)] == traced   # the weight gradient goes back to NCHW
+
+
+def _layouts(gm):
+    def layout(v):
+        if isinstance(v, torch.Tensor):
+            return tuple(v.shape), tuple(v.stride()), v.storage_offset(), v.dtype
+        if isinstance(v, (list, tuple)):
+            return tuple(layout(x) for x in v)
+        return v
+    return {n.name: layout(n.meta.get("val")) for n in gm.graph.nodes if n.op != "output"}
+
+
+def _fully_propagated(gm, values, mode):
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    FakeTensorProp(gm, mode=mode).propagate_dont_convert_inputs(*values)
+    return _layouts(gm)
+
+
+def two_layer_backward(grad, a, b, w1, w2):
+    """Two convolution backwards in a chain, a view and a tuple-returning op between them, a weight gradient
+    and an input gradient as outputs: what the rewrite's clones change and what they must not."""
+    gi2, gw2, _ = aten.convolution_backward(grad, b, w2, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                            [True, True, False])
+    masked = (gi2 * (b > 0)).permute(0, 2, 3, 1).permute(0, 3, 1, 2)
+    gi1, gw1, _ = aten.convolution_backward(masked, a, w1, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                            [True, True, False])
+    return gi1, gw1, gw2, masked.sum(dim=(2, 3))
+
+
+def test_incremental_propagation_gives_what_a_full_one_gives():
+    """After the clones the layout pass inserts, every node's value has the layout a propagation of the whole
+    graph gives (layout_propagation.py re-runs only what the clones change)."""
+    mode, values = _fake_cuda((4, 128, 16, 16), (4, 64, 16, 16), (4, 96, 16, 16), (96, 64, 3, 3),
+                              (128, 96, 3, 3))
+    gm = _trace(two_layer_backward, mode, values)
+    with mode:
+        real = [v.contiguous(memory_format=torch.channels_last) for v in values[:3]] + values[3:]
+    assert adopt_input_strides(gm, real)
+    assert sum(n.target is aten.clone.default for n in gm.graph.nodes) >= 3    # weights and weight gradients
+    incremental = _layouts(gm)
+    assert incremental == _fully_propagated(gm, real, mode)
+
+    mode, values = _fake_cuda(*SHAPES)
+    gm = _trace(block, mode, values)
+    assert prefer_channels_last(gm, values, is_inference=False, num_user_outputs=1)
+    incremental = _layouts(gm)
+    assert incremental == _fully_propagated(gm, values, mode)
+
+
+def test_incremental_propagation_follows_a_changed_layout_downstream():
+    """A clone inserted mid-graph that changes a value's layout: every node after it whose layout follows
+    (pointwise ops, a view, a reduction's input) gets the new layout, and nothing else is run again."""
+    from fuse_all_ir.layout_propagation import IncrementalFakeTensorProp
+
+    def chain(x, y):
+        a = x.relu()
+        b = (a * 2 + y).permute(0, 2, 3, 1)
+        return b.sum(dim=3), y.sigmoid()
+    mode, values = _fake_cuda((4, 8, 6, 6), (4, 8, 6, 6))
+    gm = _trace(chain, mode, values)
+    relu = next(n for n in gm.graph.nodes if n.target is aten.relu.default)
+    untouched = next(n for n in gm.graph.nodes if n.target is aten.sigmoid.default)
+    kept = untouched.meta["val"]
+    with gm.graph.inserting_after(relu):
+        clone = gm.graph.call_function(aten.clone.default, (relu,), {"memory_format": torch.channels_last})
+    relu.replace_all_uses_with(clone, delete_user_cb=lambda user: user is not clone)
+    IncrementalFakeTensorProp(gm, mode, [clone]).propagate_dont_convert_inputs(*values)
+    incremental = _layouts(gm)
+    assert untouched.meta["val"] is kept                      # not downstream of the clone: not run again
+    permuted = next(n for n in gm.graph.nodes if n.target is aten.permute.default)
+    assert permuted.meta["val"].is_contiguous()               # NHWC all the way down: the permute is dense
+    assert incremental == _fully_propagated(gm, values, mode)

@@ -63,9 +63,16 @@ def _output_strides(gm: torch.fx.GraphModule) -> list:
     return [tuple(v.stride()) if (v := _tensor(a)) is not None else None for a in _outputs(gm)]
 
 
-def _propagate(gm: torch.fx.GraphModule, example_inputs, fake_mode) -> None:
+def _propagate(gm: torch.fx.GraphModule, example_inputs, fake_mode, inserted: list | None = None) -> None:
+    """Fake-tensor values for the graph's nodes. `inserted`: only these new nodes changed the graph since the
+    last propagation, so only they and the nodes whose inputs' values they change are run again (a ResNet-50
+    training backward has ~1000 ops; a weight or output clone changes a handful)."""
+    from .layout_propagation import IncrementalFakeTensorProp
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-    FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*example_inputs)
+    if inserted is None:
+        FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*example_inputs)
+    elif inserted:
+        IncrementalFakeTensorProp(gm, fake_mode, inserted).propagate_dont_convert_inputs(*example_inputs)
 
 
 def _fake_mode(example_inputs):
@@ -105,10 +112,10 @@ def prefer_channels_last(gm: torch.fx.GraphModule, example_inputs, *, is_inferen
         copies = len(added)
         weights = _channels_last_weights(gm)
         added.extend(weights)
-        if weights:
-            _propagate(gm, example_inputs, fake_mode)
+        _propagate(gm, example_inputs, fake_mode, inserted=weights)
+        restoring = len(added)
         _restore_output_strides(gm, before, visible, added, strict=True)
-        _propagate(gm, example_inputs, fake_mode)
+        _propagate(gm, example_inputs, fake_mode, inserted=added[restoring:])
         after = _output_strides(gm)
         if any(after[i] != before[i] for i in visible):
             raise ValueError("output strides changed")
@@ -185,10 +192,10 @@ def adopt_input_strides(gm: torch.fx.GraphModule, example_inputs) -> bool:
         raise ValueError("the backward's example inputs have new strides but are not fake tensors of one mode")
     before = _output_strides(gm)
     _propagate(gm, example_inputs, fake_mode)
-    if _channels_last_weights(gm):
-        _propagate(gm, example_inputs, fake_mode)
-    if _restore_output_strides(gm, before, range(len(before)), [], strict=False):
-        _propagate(gm, example_inputs, fake_mode)
+    _propagate(gm, example_inputs, fake_mode, inserted=_channels_last_weights(gm))
+    restored: list = []
+    _restore_output_strides(gm, before, range(len(before)), restored, strict=False)
+    _propagate(gm, example_inputs, fake_mode, inserted=restored)
     gm.recompile()
     return True
 
