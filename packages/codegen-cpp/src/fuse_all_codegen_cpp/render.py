@@ -3,7 +3,9 @@
 Loop structure (see README for the measurements behind the choices):
 
 * pointwise: OpenMP over the outer dims except the innermost (``collapse``), ``omp simd`` on the innermost
-  (contiguous in the common case); a 1-D kernel gets ``parallel for simd``.
+  (contiguous in the common case); a 1-D kernel gets ``parallel for simd``. When window tests mask strided
+  loads (a padded pool over NCHW rows), the innermost loop is written once per range of its counter and per
+  value of the loop-invariant tests on which those masks are constant (`index_split.py`).
 * reduction, many outer points: OpenMP over the outer dims; per outer point each phase is a (nested) loop
   over the reduction space with ``omp simd reduction(...)`` accumulators.
 * reduction, few outer points (a full reduction to a scalar, a handful of rows): outer points run in
