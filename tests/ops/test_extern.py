@@ -197,3 +197,30 @@ def test_linear_epilogue_under_dynamic_shapes(codegen):
     """The mm + fused bias rewrite on symbolic sizes (its new values take the addmm's own strides: no guards)."""
     w, b = make((7, 9)), make((7,))
     check(lambda x: F.gelu(F.linear(x, w, b)) + 1, make((5, 9)), codegen=codegen, dynamic=True, atol=1e-4, rtol=1e-5)
+
+
+def test_attention_heads_split_off_one_matmul_reach_attention_as_views():
+    """q, k, v split off one addmm output and reshaped to heads (a view of a strided view: GPT-2's
+    attention) are passed to the attention call as views of the matmul output, as in eager, not copied into
+    three buffers by a kernel; the output's transpose + reshape back stays a view too."""
+    import fuse_all
+    from pathlib import Path
+
+    w, b = torch.randn(64, 192), torch.randn(192)
+
+    def attn(x):
+        qkv = torch.addmm(b, x.view(-1, 64), w)
+        q, k, v = (t.view(2, 16, 4, 16).transpose(1, 2) for t in qkv.split(64, dim=-1))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 16, 64)
+
+    x = torch.randn(2, 16, 64)
+    compiled = torch.compile(attn, backend="fuse_all", options={"fallback": False}, dynamic=False)
+    with torch.no_grad():
+        ours, eager = compiled(x), attn(x)
+    torch.testing.assert_close(ours, eager, rtol=1e-5, atol=1e-5)
+    assert ours.stride() == eager.stride()
+    record = fuse_all.compiled_graphs()[-1]
+    source = Path(record.output_code).read_text()
+    call = source[source.index("def call"):source.index("def _call_profiled")]
+    assert "kernel_" not in call, call
+    assert call.count("reinterpret_tensor(buf1, (2, 4, 16, 16), (3072, 16, 192, 1)") == 3, call

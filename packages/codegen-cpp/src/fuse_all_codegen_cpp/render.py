@@ -3,7 +3,9 @@
 Loop structure (see README for the measurements behind the choices):
 
 * pointwise: OpenMP over the outer dims except the innermost (``collapse``), ``omp simd`` on the innermost
-  (contiguous in the common case); a 1-D kernel gets ``parallel for simd``.
+  (contiguous in the common case); a 1-D kernel gets ``parallel for simd``. When window tests mask strided
+  loads (a padded pool over NCHW rows), the innermost loop is written once per range of its counter and per
+  value of the loop-invariant tests on which those masks are constant (`index_split.py`).
 * reduction, many outer points: OpenMP over the outer dims; per outer point each phase is a (nested) loop
   over the reduction space with ``omp simd reduction(...)`` accumulators.
 * reduction, few outer points (a full reduction to a scalar, a handful of rows): outer points run in
@@ -19,6 +21,7 @@ Kernels are first normalised (`fuse_all_ir.normalize`): size-1 dims dropped, con
 from __future__ import annotations
 
 import functools
+import itertools
 from pathlib import Path
 
 import sympy
@@ -32,6 +35,7 @@ from .choices import CppChoices
 from .choices import numel as _numel, size_hint as _hint
 from .hoist import loop_invariants, positive_guard
 from .index_printer import c_name, cpp_expr_type, cpp_index
+from .index_split import invariant_tests, split_ranges, with_values
 from fuse_all_ir.normalize import normalize
 from fuse_all_ir.welford import two_pass_form, welford_groups
 from .reuse import plan_reuse
@@ -54,6 +58,19 @@ VECTOR_LANES = 16
 
 def _value(name: str) -> str:
     return "v_" + c_name(name)
+
+
+def _needed_by(body, names: list[str]) -> list:
+    """The statements of `body` that the values `names` are computed from, themselves included, in order."""
+    defs = {st.name: st for st in body if hasattr(st, "name") and not isinstance(st, Store)}
+    needed, pending = set(), list(names)
+    while pending:
+        name = pending.pop()
+        if name in needed or name not in defs:
+            continue
+        needed.add(name)
+        pending.extend(getattr(defs[name], "args", ()))
+    return [st for st in body if getattr(st, "name", None) in needed and not isinstance(st, Store)]
 
 
 def is_float_sum(r: Reduce) -> bool:
@@ -311,6 +328,15 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             collapse = f" collapse({n - 1})" if n > 2 else ""
             pragma = None if clause is None else f"#pragma omp parallel for{collapse}{clause}"
             self.outer_loops(n - 1, pragma)
+            counter = xvar(n - 1)
+            ranges = split_ranges(body, counter, k.outer[-1])
+            invariant = {st.name for st in loop_invariants(body, {counter})}
+            if ranges is not None or invariant_tests(body, counter, invariant):
+                for lo, hi, range_body in ranges or [(0, k.outer[-1], body)]:
+                    self.inner_simd_loop(range_body, lo, hi)
+                for _ in range(n - 1):
+                    self.close()
+                return
             body = self.hoist(body, {xvar(n - 1)}, positive_guard(k.outer[-1]))
             self.emit("#pragma omp simd")
             self.open(f"for (int64_t {xvar(n - 1)} = 0; {xvar(n - 1)} < {cpp_index(k.outer[-1])}; ++{xvar(n - 1)})")
@@ -319,6 +345,38 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         for _ in range(max(n, 1)):
             self.close()
 
+    def inner_simd_loop(self, body, lo, hi) -> None:
+        """The range lo <= x < hi of a pointwise kernel's innermost loop (index_split.py) in its own scope,
+        written once per combination of the loop-invariant tests its strided loads' masks depend on."""
+        counter = xvar(len(self.k.outer) - 1)
+        lo, hi = sympy.sympify(lo), sympy.sympify(hi)
+        self.open(comment=f"{counter} in [{cpp_index(lo)}, {cpp_index(hi)})")
+        if hi - lo == 1:                             # one step: no loop
+            self.emit(f"const int64_t {counter} = {cpp_index(lo)};")
+            for stmt in body:
+                self.statement(stmt)
+            self.close()
+            return
+        invariant = {st.name for st in loop_invariants(body, {counter})}
+        tests = invariant_tests(body, counter, invariant) or []
+        for stmt in _needed_by(body, tests):
+            self.statement(stmt)
+        for number, values in enumerate(itertools.product((True, False), repeat=len(tests))):
+            condition = " && ".join(_value(t) if v else f"!{_value(t)}" for t, v in zip(tests, values))
+            if tests:
+                if number:
+                    self.close()
+                self.open(f"if ({condition})" if number == 0 else
+                          "else" if number == 2 ** len(tests) - 1 else f"else if ({condition})")
+            loop_body = self.hoist(with_values(body, dict(zip(tests, values))), {counter}, positive_guard(hi - lo))
+            self.emit("#pragma omp simd")
+            self.open(f"for (int64_t {counter} = {cpp_index(lo)}; {counter} < {cpp_index(hi)}; ++{counter})")
+            for stmt in loop_body:
+                self.statement(stmt)
+            self.close()
+        if tests:
+            self.close()
+        self.close()
 
     def reduction(self) -> None:
         k = self.k

@@ -91,7 +91,40 @@ def reshape(x: Value, size) -> Value:
     view = None
     if x.view is not None and tuple(x.view.stride) == tuple(contiguous_strides(x.size)):
         view = View(x.view.buffer, size, new_strides, x.view.offset)
+    elif x.view is not None:
+        strides = view_strides(x.size, x.view.stride, size)
+        view = View(x.view.buffer, size, strides, x.view.offset) if strides is not None else None
     return Value(size, x.dtype, loader, view)
+
+
+def view_strides(old_size, old_stride, new_size) -> tuple[sympy.Integer, ...] | None:
+    """The strides of `.view(new_size)` of a strided tensor when the view exists without a copy (ATen's
+    computeStride), for sizes and strides that are numbers; else None. A view of a strided view stays a
+    view: the q/k/v heads split off one matmul output reach attention as views of it, as in eager, instead
+    of three copies."""
+    if not all(sympy.sympify(v).is_Integer for v in (*old_size, *old_stride, *new_size)):
+        return None
+    old_size, old_stride, new_size = ([int(v) for v in seq] for seq in (old_size, old_stride, new_size))
+    if not old_size or 0 in old_size or 0 in new_size:
+        return None
+    new_stride = [0] * len(new_size)
+    view_d = len(new_size) - 1
+    chunk_base_stride, tensor_numel, view_numel = old_stride[-1], 1, 1
+    for tensor_d in range(len(old_size) - 1, -1, -1):
+        tensor_numel *= old_size[tensor_d]
+        if tensor_d == 0 or (old_size[tensor_d - 1] != 1
+                             and old_stride[tensor_d - 1] != tensor_numel * chunk_base_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or new_size[view_d] == 1):
+                new_stride[view_d] = view_numel * chunk_base_stride
+                view_numel *= new_size[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base_stride, tensor_numel, view_numel = old_stride[tensor_d - 1], 1, 1
+    if view_d != -1:
+        return None
+    return tuple(sympy.Integer(v) for v in new_stride)
 
 
 @lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default)
