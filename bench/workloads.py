@@ -297,6 +297,35 @@ def variance(device: str, rows: int, cols: int, dim: int) -> Instance:
     return _inference(lambda x: x.var(dim), (x,), min_bytes=4 * (rows * cols + kept))
 
 
+# ---------------------------------------------------------------- float16/bfloat16 (CPU cost of rounding)
+# Eager rounds every float16/bfloat16 ATen op's result; so does fuse_all (fuse_all_ir.rounding): these rows
+# measure what the rounding costs in fused kernels (memory traffic halves, the compute stays float32).
+_HALF = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+
+
+def half_chain(device: str, n: int, dtype: str) -> Instance:
+    """Eight pointwise ATen ops (six rounded results in a narrow dtype: abs of a rounded value is exact)."""
+    dt = _HALF[dtype]
+    x, y = torch.randn(n, device=device, dtype=dt), torch.randn(n, device=device, dtype=dt)
+    return _inference(lambda x, y: (torch.sigmoid(x * y + x) * (x - y).abs() + 1) * 0.5, (x, y),
+                      min_bytes=3 * dt.itemsize * n, tol=1e-2 if dt.itemsize == 2 else 1e-5)
+
+
+def half_softmax(device: str, rows: int, cols: int, dtype: str) -> Instance:
+    dt = _HALF[dtype]
+    x = torch.randn(rows, cols, device=device, dtype=dt)
+    return _inference(lambda x: torch.softmax(x * 0.5 + 1, dim=-1), (x,), min_bytes=2 * dt.itemsize * rows * cols,
+                      tol=1e-2 if dt.itemsize == 2 else 1e-5)
+
+
+def half_add_layernorm_gelu(device: str, rows: int, hidden: int, dtype: str) -> Instance:
+    dt = _HALF[dtype]
+    ln = torch.nn.LayerNorm(hidden, device=device, dtype=dt)
+    x, y = torch.randn(rows, hidden, device=device, dtype=dt), torch.randn(rows, hidden, device=device, dtype=dt)
+    return _inference(lambda x, y: F.gelu(ln(x + y)), (x, y), min_bytes=dt.itemsize * (3 * rows * hidden + 2 * hidden),
+                      tol=2e-2 if dt.itemsize == 2 else 1e-5)
+
+
 P = functools.partial
 WORKLOADS: dict[str, Callable[[str], Instance]] = {
     "pw_cos_sin_1e4": P(pw_cos_sin, n=10**4),
@@ -345,6 +374,10 @@ WORKLOADS: dict[str, Callable[[str], Instance]] = {
     # fuse_all 4-5e-2 from eager on CPU, 2026-12-01), so only an O(1) error is a mismatch here
     "train_resnet50_4x64": P(train_resnet50, batch=4, size=64, tol=0.2),
     "train_bert_8x128": P(train_bert, batch=8, seq=128),
+    **{f"half_chain_{d}_4e6": P(half_chain, n=4 * 10**6, dtype=d) for d in _HALF},
+    **{f"half_softmax_{d}_4096x1024": P(half_softmax, rows=4096, cols=1024, dtype=d) for d in _HALF},
+    **{f"half_add_layernorm_gelu_{d}_4096x768": P(half_add_layernorm_gelu, rows=4096, hidden=768, dtype=d)
+       for d in _HALF},
     "ddp_train_resnet50_32x224": P(ddp_train_resnet50, batch=32, size=224),   # issue 15; not in a default set
 }
 
@@ -361,6 +394,10 @@ CUDA_SET = ["pw_cos_sin_1e4", "pw_cos_sin_2e28", "softmax_16384x4096", "add_laye
             "resnext101_64x3x7x7", "resnext101_32x3x224x224", "train_resnet50_32x224", "train_bert_8x128"]
 
 
+# the cost of rounding float16/bfloat16 results (float32 rows as the reference)
+CPU_HALF_SET = [f"half_{w}_{d}_{size}" for w, size in (("chain", "4e6"), ("softmax", "4096x1024"),
+                                                       ("add_layernorm_gelu", "4096x768")) for d in _HALF]
+
 TILING_CPU_SET = ["transposed_add_1024", "transposed_add_4096", "permuted_copy_8x64x128x128", "sum_dim0_4096x4096",
                   "layernorm_channels_8x64x64x64", "batchnorm_channels_last_8x64x64x64"]
 TILING_CUDA_SET = ["transposed_add_8192", "permuted_copy_64x256x64x64", "sum_dim0_8192x8192",
@@ -374,7 +411,8 @@ def build(name: str, device: str, seed: int = 0) -> Instance:
     return WORKLOADS[name](device)
 
 
-NAMED_SETS = {"cpu": CPU_SET, "cpu_models": CPU_MODEL_SET, "cpu_micro": CPU_MICRO_SET, "cuda": CUDA_SET}
+NAMED_SETS = {"cpu": CPU_SET, "cpu_models": CPU_MODEL_SET, "cpu_micro": CPU_MICRO_SET, "cuda": CUDA_SET,
+              "cpu_half": CPU_HALF_SET}
 
 
 def expand(names: list[str]) -> list[str]:

@@ -458,19 +458,17 @@ def test_a_view_chain_of_an_expanded_input_stays_a_view_under_dynamic_shapes(cod
         assert view.untyped_storage().data_ptr() == a0.untyped_storage().data_ptr()
 
 
-@pytest.mark.xfail(strict=True, reason="open: float16/bfloat16 intermediates of a fused kernel are not rounded, "
-                                       "and the backward recomputes the layer norm's input while it reads the "
-                                       "mean saved (rounded) by the forward")
 @pytest.mark.parametrize("codegen", BOTH)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_layer_norm_gradient_over_one_element_of_a_fused_half_value(codegen, dtype):
     """layer_norm over one element (or a constant row) in float16 training: its output is 0 whatever the
     input, so is its input gradient in eager (x - mean is exactly 0: one rounded value). fuse_all's forward
-    computes x = a + (hypot(b, s) + 2 s) in float32 without rounding the float16 intermediates and saves
+    computed x = a + (hypot(b, s) + 2 s) in float32 without rounding the float16 intermediates and saved
     mean = round(x) in float16 (CPU's native_layer_norm keeps a float16 input's statistics in float16);
     the min-cut partitioner recomputes x in the backward (from the stored, rounded hypot), so
-    x - mean is ~1 float16 ulp instead of 0 and rstd = 1/sqrt(eps) = 316 blows it up: gradients of 7, 128,
-    -inf for an exact 0. Fuzz: seed 102 index 476 and 427 (cpp and triton)."""
+    x - mean was ~1 float16 ulp instead of 0 and rstd = 1/sqrt(eps) = 316 blew it up: gradients of 7, 128,
+    -inf for an exact 0. Every ATen op's float16/bfloat16 result is now rounded (fuse_all_ir.rounding).
+    Fuzz: seed 102 index 476 and 427 (cpp and triton)."""
     def fn(a1, a2):
         s = torch.sinh(a1 * a1)
         x = a1 + torch.add(torch.hypot(a2, s), s, alpha=2)
@@ -486,17 +484,15 @@ def test_layer_norm_gradient_over_one_element_of_a_fused_half_value(codegen, dty
         assert_same(actual, expected, atol=1e-2, rtol=1e-2, what="gradient")
 
 
-@pytest.mark.xfail(strict=True, reason="open: the same class as the layer_norm test above (a fused float16 value "
-                                       "unrounded beside a rounded statistic of it)")
 @pytest.mark.parametrize("codegen", BOTH)
 def test_var_gradient_of_one_fused_half_element_is_nan_as_in_eager(codegen):
     """var of one element with correction=1 (no degree of freedom): eager's backward gives grad *
-    where(x == x.mean(), nan, inf), NaN here. fuse_all recomputes x = a * 2 + 0.5 unrounded in float32 while
-    x.mean() is rounded to float16, so x != mean and the gradient is inf. Fuzz: seed 104 index 206 (cpp,
+    where(x == x.mean(), nan, inf), NaN here. fuse_all recomputed x = a * 2 + 0.5 unrounded in float32 while
+    x.mean() was rounded to float16, so x != mean and the gradient was inf. Fuzz: seed 104 index 206 (cpp,
     triton); seed 104 index 610 (a var's gradient 8e-3 off: x - mean with the mean rounded) and index 334
     (triton: instance_norm of constant bfloat16 rows) and seed 105 index 534 (a float32 gradient through
-    float16 values, 5.8e-2 off) are the same class. Rounding every float16/bfloat16 op result in both
-    renderers fixes all six, but costs 2-8x on float16/bfloat16 pointwise chains on CPU (fa_round_h)."""
+    float16 values, 5.8e-2 off) are the same class, fixed by rounding every ATen op's float16/bfloat16
+    result (fuse_all_ir.rounding)."""
     def fn(a):
         x = a * 2 + 0.5
         return x.var((), keepdim=True, correction=1), x * 3

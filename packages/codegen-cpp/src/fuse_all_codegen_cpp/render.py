@@ -91,6 +91,10 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             kernel = two_pass_form(kernel)
         self.k = kernel
         self.dtypes = {st.name: st.dtype for st in kernel.statements() if not isinstance(st, Store)}
+        # float16/bfloat16 roundings of a float value: a store converts (and so rounds) that value itself
+        self.rounded_from = {st.name: st.args[0] for st in kernel.statements()
+                             if isinstance(st, Compute) and st.op == "cast" and st.dtype in rules.ROUND
+                             and rules.compute_type(self.dtypes[st.args[0]]) == "float"}
         self.buffers = kernel.buffer_dtypes(buffer_dtypes)   # buffer name -> IR dtype
         self.lines: list[str] = []
         self.depth = 0
@@ -143,7 +147,11 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             self.define(stmt.name, stmt.dtype, expr)
         elif isinstance(stmt, Store):
             buf_dtype = self.buffers[stmt.buffer]
-            value = rules.render_cast(self.ref(stmt.value), self.dtypes[stmt.value], buf_dtype)
+            unrounded = self.rounded_from.get(stmt.value) if self.dtypes[stmt.value] == buf_dtype else None
+            if unrounded is not None:     # fa_f2h(x) == fa_f2h(fa_round_h(x)): one rounding, not two
+                value = self.ref(unrounded)
+            else:
+                value = rules.render_cast(self.ref(stmt.value), self.dtypes[stmt.value], buf_dtype)
             value = rules.STORE_CONVERT.get(buf_dtype, "{}").format(value)
             target = self.staged_stores.get(id(stmt)) or f"{c_name(stmt.buffer)}[{cpp_index(stmt.index)}]"
             self.emit(f"{target} = {value};")

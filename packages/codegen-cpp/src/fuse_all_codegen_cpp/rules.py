@@ -5,7 +5,8 @@ lives here. A template is a `str.format` pattern over the argument expressions `
 ``{T}`` the result's C++ compute type, ``{U}`` an unsigned type at least as wide as ``{T}`` (wrapping integer
 arithmetic without signed-overflow UB) and ``{f}`` the libm suffix ("f" for float, "" for double).
 
-float16/bfloat16 values are computed in float32: loads and stores convert, an explicit ``cast`` rounds.
+float16/bfloat16 values are computed in float32: loads and stores convert, a ``cast`` to them rounds (also a
+cast to the value's own dtype: `fuse_all_ir.rounding` rounds each ATen op's result so).
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ C_TYPES = {
 _STORED_AS_BITS = {DType.FLOAT16: "uint16_t", DType.BFLOAT16: "uint16_t", DType.BOOL: "uint8_t"}
 LOAD_CONVERT = {DType.FLOAT16: "fa_h2f({})", DType.BFLOAT16: "fa_b2f({})"}
 STORE_CONVERT = {DType.FLOAT16: "fa_f2h({})", DType.BFLOAT16: "fa_f2b({})"}
+# a float value rounded to the nearest float16/bfloat16, kept as a float (the IR's cast to them)
+ROUND = {DType.FLOAT16: "fa_round_h({})", DType.BFLOAT16: "fa_round_b({})"}
 
 
 def storage_type(dtype: str) -> str:
@@ -142,6 +145,8 @@ RULES = {"float": FLOAT_RULES, "int": INT_RULES, "bool": BOOL_RULES}
 def render_op(op: str, args: list[str], arg_dtypes: list[str], dtype: str) -> str:
     """The C++ expression of `op` on argument expressions `args` with result dtype `dtype`."""
     if op == "cast":
+        if arg_dtypes[0] == dtype and dtype in ROUND:
+            return ROUND[dtype].format(args[0])   # an unrounded float16/bfloat16 value rounded to its type
         return render_cast(args[0], arg_dtypes[0], dtype)
     # comparisons/logic yield bool but dispatch on their operands; `where` on its values
     operand = operand_dtype(op, arg_dtypes)
@@ -216,7 +221,9 @@ def literal(value, dtype: str) -> str:
             return f"(int64_t){v}LL" if -2**63 < v < 2**63 else "(int64_t)(-9223372036854775807LL - 1)"
         return f"(({compute_type(dtype)}){v})"
     f = "" if dtype == "float64" else "f"
-    v = _round_float(float(value), dtype)
+    # in the compute type: a float16/bfloat16 constant is a float32 number, as eager's opmath scalar of
+    # `x * 0.1` is (and Triton's literal); the IR rounds a constant ATen result (`full`) to its dtype
+    v = _round_float(float(value), compute_dtype(dtype))
     special = non_finite(v)
     if special is not None:
         return _NON_FINITE[special].format(f=f)

@@ -50,11 +50,36 @@ def _fix_interpreter_scalar_index() -> None:
     interpreter._patch_lang_tensor = patch_lang_tensor
 
 
+def _fix_interpreter_bfloat16_rounding() -> None:
+    """The interpreter (3.6 and 3.8) converts float32 to bfloat16 by truncation (`_convert_float` without a
+    rounding mode: 65504 -> 65280), where the GPU's `cvt.rn.bf16.f32` and torch round to nearest even
+    (65504 -> 65536). Every float16/bfloat16 ATen result is rounded (fuse_all_ir.rounding), so CPU runs of
+    the Triton kernels drifted from eager by a bfloat16 ulp per op; round to nearest even, as the GPU does."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_convert_float", None)
+    if original is None or getattr(original, "fuse_all_rounds_bfloat16", False):
+        return
+
+    def convert_float(input, input_dtype, output_dtype, rounding_mode):
+        if input_dtype == tl.float32 and output_dtype == tl.bfloat16:
+            bits = np.frombuffer(np.ascontiguousarray(input, dtype=np.float32).tobytes(), dtype=np.uint32)
+            bits = bits.reshape(np.shape(input)).astype(np.uint64)
+            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+            return np.where(np.isnan(input), np.uint16(0x7FC0), rounded)
+        return original(input, input_dtype, output_dtype, rounding_mode)
+
+    convert_float.fuse_all_rounds_bfloat16 = True
+    interpreter._convert_float = convert_float
+
+
 # The libdevice module the generated kernels call (tan, erfc, pow, ...). On GPUs the portable stub
 # module is remapped to the backend's libdevice by Triton's code generator.
 if interpret_mode():
     from . import _interpret_libdevice as libdevice  # noqa: F401
     _fix_interpreter_scalar_index()
+    _fix_interpreter_bfloat16_rounding()
 else:
     from triton.language.extra import libdevice  # noqa: F401
 

@@ -75,6 +75,9 @@ def render_compute(op: str, args: list[tuple[str, str]], out_dtype: str) -> str:
     result's compute type)."""
     codes = [c for c, _ in args]
     if op == "cast":
+        if args[0][1] == out_dtype and compute_dtype(out_dtype) != out_dtype:
+            # an unrounded float16/bfloat16 value rounded to its type (`fuse_all_ir.rounding`)
+            return f"{_paren(codes[0])}.to(tl.{out_dtype}).to({tl_type(out_dtype)})"
         return render_cast(codes[0], args[0][1], out_dtype)
     if op in _LOGICAL:
         a, b = (c if dt == "bool" else f"({c} != 0)" for c, dt in args)

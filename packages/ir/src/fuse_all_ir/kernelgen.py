@@ -13,6 +13,7 @@ import sympy
 from .indexing import ranges_id, simplify_index
 from .nodes import E, Node, mask_loads
 from .program import Compute, Const, IndexValue, Kernel, Load, Loop, Reduce, Store
+from .rounding import unrounded_for_store
 from .symbolic import free_size_symbols, linear_index, rvar, sizes_equal, xvar
 from .tiling import plan_tiling
 
@@ -220,7 +221,7 @@ class KernelBuilder:
             self.body.append(Store(m.name, self._simplify(where), self.reduced[m.name]))
         elif m.name in self.stored:
             index, _ = node_index(self.group, m, self.spaces.get(m.name))
-            value = self.emit(m.expression(index))
+            value = self.emit(unrounded_for_store(m.expression(index), m.spec.dtype))
             where = node_store_index(self.group, m, self.spaces.get(m.name))
             self.body.append(Store(m.name, self._simplify(where), value))
 

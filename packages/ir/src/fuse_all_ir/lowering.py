@@ -16,6 +16,7 @@ from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .lowering_mutations import deferrable_input_copy, write_back_inputs
 from .lowering_outputs import input_view_from_meta, view_of_realized_source
 from .memory import buffer_refs
+from .rounding import round_results
 from .symbolic import free_size_symbols, linear_index
 from .vocabulary import NodeKind, reduction
 
@@ -334,7 +335,7 @@ class GraphLowering:
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n.name])
             try:
                 result = _tag_origins(lowering(self, *args, **kwargs), CURRENT_ORIGIN.get())
-                result = _with_traced_dtypes(result, node.meta.get("val"))
+                result = round_results(_with_traced_dtypes(result, node.meta.get("val")))
                 self._maybe_realize(node, result)
                 return result
             except (Unsupported, dtypes.UnsupportedDtype, NotImplementedError) as exc:

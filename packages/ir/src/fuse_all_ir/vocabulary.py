@@ -88,7 +88,9 @@ _SHAPES = {
     DType.FLOAT16: _float(16), DType.BFLOAT16: _float(16), DType.FLOAT32: _float(32), DType.FLOAT64: _float(64),
 }
 # float16 and bfloat16 are computed in float32 (as eager does on CPU and every codegen does): the
-# narrow types exist only in memory and in the rounding of an explicit `cast`
+# narrow types exist only in memory and in the rounding of a `cast` to them. A cast to the value's own
+# narrow dtype rounds too: a float16 expression may hold an unrounded float32 intermediate, and the
+# lowering rounds every ATen op's result so (`rounding.py`), as eager's float16 tensors do.
 _COMPUTED_AS = {DType.FLOAT16: DType.FLOAT32, DType.BFLOAT16: DType.FLOAT32}
 
 DTYPE_INFO: MappingProxyType = MappingProxyType({

@@ -1,0 +1,49 @@
+"""float16/bfloat16 values rounded as eager rounds them: casts bit-exact on every kind of float32 value, and
+fused chains of ATen ops rounding each op's result (fuse_all_ir.rounding)."""
+import pytest
+import torch
+
+from fuse_all_optest import BOTH, compile_fn, make
+
+
+def _float16_boundaries() -> torch.Tensor:
+    """Every float16 value as a float32, the float32 midpoints between neighbours (ties: to even) and the
+    float32 numbers either side of each midpoint, plus values around float16's overflow threshold (65520)
+    and below its subnormals, and float32's own extremes."""
+    halves = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    finite = halves[halves.isfinite()].float().unique()           # sorted, -0.0 folded into 0.0
+    mids = ((finite[1:].double() + finite[:-1].double()) / 2).float()
+    up, down = torch.nextafter(mids, torch.tensor(torch.inf)), torch.nextafter(mids, torch.tensor(-torch.inf))
+    edges = torch.tensor([0.0, -0.0, 65504.0, 65519.99, 65520.0, 65536.0, 1e5, 3e38, 2.0 ** -25, 2.0 ** -26,
+                          1e-30, 1e-45, torch.inf, -torch.inf, torch.nan])
+    every = torch.cat([finite, mids, up, down, edges, -edges])
+    return torch.cat([every, torch.randn(4096) * 10.0 ** torch.randint(-12, 12, (4096,))])
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_float32_to_float16_and_bfloat16_round_exactly_as_torch(codegen):
+    def fn(x):
+        return x.half().float() * 1, x.bfloat16().float() * 1
+    x = _float16_boundaries()
+    for actual, expected in zip(compile_fn(fn, codegen)(x), fn(x)):
+        assert torch.equal(actual.isnan(), expected.isnan())
+        same = (actual == expected) & (actual.signbit() == expected.signbit()) | expected.isnan()
+        assert bool(same.all()), (x[~same][:8], actual[~same][:8], expected[~same][:8])
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_fused_chain_of_half_ops_equals_eager_bit_for_bit(codegen, dtype):
+    """Eager rounds every op's result to the tensor's dtype; a fused chain that kept float32 intermediates
+    differed from it in the last bit of ~30% of the elements (and by whole ulps after a cancellation).
+    A Python scalar operand of mul and div is a float32 number in eager's CPU kernels (opmath: `x * 0.1` is
+    not `x * half(0.1)`, which differs in a third of the elements) and so in fuse_all's on both codegens;
+    a constant tensor (`full`, a pad's value) holds the rounded one. (Eager's CPU add/sub round the scalar
+    to the tensor's dtype first: `x + 0.3` is 1 ulp apart in a fifth of the elements, within tolerance.)"""
+    def fn(x, y):
+        t = x * y + x
+        padded = torch.nn.functional.pad(t, (3, 2), value=0.1)     # a masked load's constant
+        return ((t - y) * t / (y.abs() + 1)) - x * 3, padded * 0.1 / 0.3, torch.full_like(x, 0.1) * x
+    x, y = make((4096,), dtype, low=-4, high=4), make((4096,), dtype, low=-4, high=4)
+    for actual, expected in zip(compile_fn(fn, codegen)(x, y), fn(x, y)):
+        assert torch.equal(actual, expected), (actual != expected).sum()
