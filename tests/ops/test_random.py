@@ -221,3 +221,20 @@ def test_cpp_keeps_atens_random_numbers(caplog):
     externs = {e.target: e.reason for e in fuse_all.compiled_graphs()[-1].externs}
     assert "random_in_kernel" in externs["aten.native_dropout.default"]
     assert "instead of fused kernels" not in caplog.text
+
+
+def test_an_element_has_one_value_in_every_kernel_that_computes_it():
+    """Element i of a random op is Philox(seed, i) wherever it is computed: a reduction kernel walking rows,
+    a tiled transposed copy, a recomputed shared value, and the stored result agree."""
+    def fn(x, y):
+        d = F.dropout(x, 0.5, training=True)
+        r = torch.rand_like(x)
+        return d, d.sum(1), (d * 2).t().contiguous(), F.layer_norm(d + y, (x.shape[1],)), r, r.amax(0), r.t() + 1
+    x, y = positive((96, 130), torch.float32), positive((96, 130), torch.float32)
+    d, row_sums, transposed, normed, r, col_max, r_t = compiled(fn)(x, y)
+    assert len(fuse_all.compiled_graphs()[-1].kernels) > 1
+    assert 0 < (d == 0).float().mean().item() < 1
+    torch.testing.assert_close(row_sums, d.sum(1))
+    assert torch.equal(transposed, (d * 2).t())
+    torch.testing.assert_close(normed, F.layer_norm(d + y, (x.shape[1],)), atol=1e-5, rtol=1e-5)
+    assert torch.equal(col_max, r.amax(0)) and torch.equal(r_t, r.t() + 1)
