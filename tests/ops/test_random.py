@@ -183,13 +183,15 @@ def test_bernoulli(dtype):
 
 
 def test_dynamic_shapes():
-    fn = compiled(lambda x: F.dropout(x, 0.25, training=True), dynamic=True)
+    fn = compiled(lambda x: (F.dropout(x, 0.25, training=True), torch.rand(x.shape[0] * 2, 64)), dynamic=True)
     for rows in (300, 517):
         x = positive((rows, 256), torch.float32)
-        out = fn(x)
+        out, u = fn(x)
         kept = (out != 0).double().mean().item()
         assert within(kept, 0.75, math.sqrt(0.1875), n=x.numel())
         torch.testing.assert_close(out[out != 0], (x / 0.75)[out != 0])
+        assert u.shape == (2 * rows, 64) and 0 <= u.min().item() and u.max().item() < 1
+        assert within(u.double().mean().item(), 0.5, math.sqrt(1 / 12), n=u.numel())
     assert any(g.kernels and g.kernels[0].size_symbols for g in fuse_all.compiled_graphs())
 
 
