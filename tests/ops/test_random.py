@@ -85,6 +85,12 @@ def test_dropout_p_zero_keeps_everything_and_p_one_drops_everything():
     assert torch.equal(x.grad, torch.zeros_like(x))
 
 
+def test_native_dropout_outside_training_is_a_copy_and_an_all_true_mask():
+    x = positive((16, 33), torch.float32)
+    out, mask = compiled(lambda x: torch.native_dropout(x, 0.5, False))(x)
+    assert torch.equal(out, x) and out.data_ptr() != x.data_ptr() and mask.dtype == torch.bool and bool(mask.all())
+
+
 def test_dropout_propagates_nan_where_dropped_like_eager():
     """Eager multiplies by the mask: a NaN input stays NaN even where dropped."""
     x = torch.full((64, 64), float("nan"))

@@ -186,8 +186,9 @@ def native_dropout(g, x, p, train):
     """(x * mask * scale, mask): mask keeps an element with probability 1 - p; scale = 1 / (1 - p), 0 for
     p = 1 (ATen's). A multiplication, as eager's, so a NaN input stays NaN where dropped."""
     size = tuple(x.size)
-    if train is False:   # ATen: the input and an all-true mask (train=None trains)
-        return x, Value(size, "bool", lambda index: const(True, "bool"))
+    if train is False:   # ATen: a copy of the input (never the input itself) and an all-true mask
+        return (Value(size, x.dtype, lambda index: x.loader(index)),
+                Value(size, "bool", lambda index: const(True, "bool")))
     acc = compute_dtype(x.dtype)
     if acc not in ("float32", "float64"):
         raise Unsupported(f"dropout of {x.dtype}")
