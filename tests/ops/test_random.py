@@ -246,3 +246,29 @@ def test_an_element_has_one_value_in_every_kernel_that_computes_it():
     assert torch.equal(transposed, (d * 2).t())
     torch.testing.assert_close(normed, F.layer_norm(d + y, (x.shape[1],)), atol=1e-5, rtol=1e-5)
     assert torch.equal(col_max, r.amax(0)) and torch.equal(r_t, r.t() + 1)
+
+
+def test_repeated_layers_share_one_compiled_kernel_with_their_own_seeds():
+    """A seed's position is a launch argument: the dropout kernels of repeated layers are one compiled
+    kernel (kernel_sharing), each launch still drawing its own numbers."""
+    def fn(x, w1, w2, w3):
+        outs = []
+        for w in (w1, w2, w3):
+            d = F.dropout(x @ w, 0.5, training=True)
+            x = torch.tanh(d + x)
+            outs += [d, x]
+        return outs
+    x, ws = torch.randn(64, 48), [torch.randn(48, 48) for _ in range(3)]
+    outs = compiled(fn)(x, *ws)
+    source = open(fuse_all.compiled_graphs()[-1].output_code).read()
+    assert source.count("same code as kernel_0: one compile") == 2, source
+    masks = [d == 0 for d in outs[0::2]]
+    for mask in masks:
+        assert within(mask.float().mean().item(), 0.5, 0.5, n=mask.numel())
+    assert not torch.equal(masks[0], masks[1]) and not torch.equal(masks[1], masks[2])
+    previous = x
+    for d, out, w in zip(outs[0::2], outs[1::2], ws):
+        kept = d != 0
+        torch.testing.assert_close(d[kept], 2 * (previous @ w)[kept])
+        torch.testing.assert_close(out, torch.tanh(d + previous))
+        previous = out

@@ -61,7 +61,12 @@ def _seed(g):
         g.random_seeds, g.random_seeds_used = name, 0
     index = g.random_seeds_used
     g.random_seeds_used += 1
-    return load(g.random_seeds, sympy.Integer(index), "int64")
+    # the seed's position is a launch argument, not a constant of the kernel's source: the kernels of
+    # repeated blocks (BERT's 12 layers) stay the same code and compile once (kernel_sharing.py)
+    position = sympy.Symbol(f"seed_index{index}", integer=True, nonnegative=True)
+    g.size_symbols[position] = str(index)
+    g.size_hints[position] = index
+    return load(g.random_seeds, position, "int64")
 
 
 def _traced(g) -> torch.Tensor:
