@@ -159,13 +159,13 @@ def _bernoulli(g, x: Value, probability, generator) -> Value:
     val = _traced(g)
     dtype = dtypes.dtype_name(val.dtype)
     size = tuple(sym(s) for s in val.shape)
+    acc = compute_dtype(probability.dtype) if isinstance(probability, Value) else "float32"
+    if acc not in ("float32", "float64"):
+        raise Unsupported(f"bernoulli of {probability.dtype} probabilities")
     uniform = _random_value(g, size, "rand")
 
     def loader(index):
         if isinstance(probability, Value):
-            acc = compute_dtype(probability.dtype)
-            if acc not in ("float32", "float64"):
-                raise Unsupported(f"bernoulli of {probability.dtype} probabilities")
             bound = _cast(probability.loader(index), acc)
             hit = op("lt", (_cast(uniform(index), acc), bound), "bool")
         else:
