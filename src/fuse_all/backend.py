@@ -209,7 +209,7 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     record.steps = [s for s in program.steps if isinstance(s, (ir.KernelCall, ir.ExternCall))]
     record.externs = [s for s in record.steps if isinstance(s, ir.ExternCall)]
     record.report = program.report
-    _warn_lowered_ops_in_aten(graph.graph_id, record.externs)
+    _warn_lowered_ops_in_aten(graph.graph_id, record.externs, getattr(target, "choices", None))
     bar.set_phase(f"compiling {len(record.kernels)} kernels")
     with outputs.timed("compile_kernels"), ir.compile_timing.phase("host_load"):
         module = ir.load_host_program(source)   # the private cache folder `host`
@@ -241,11 +241,12 @@ def _choose_layout(graph, opts: Options) -> str | None:
     return str(decision)
 
 
-def _warn_lowered_ops_in_aten(graph_id: str, externs) -> None:
+def _warn_lowered_ops_in_aten(graph_id: str, externs, choices=None) -> None:
     """One line per graph when ops that fuse-all fuses elsewhere run as ATen calls here (an unsupported
     dtype such as complex, a case their lowering refuses). Ops without a lowering (matmul, convolution, ...)
-    run in ATen by design and are only listed in the fusion report."""
-    lowered = set(ir.lowered_ops())
+    run in ATen by design and are only listed in the fusion report, as do random ops on a target that keeps
+    ATen's generator (`choices.random_in_kernel` off: C++)."""
+    lowered = set(ir.lowered_ops(choices))
     degraded = [e for e in externs if e.target in lowered]
     if not degraded:
         return

@@ -39,6 +39,8 @@ CODEGENS = {
 
 def _result_dtype(op: Op, operand: DType) -> DType:
     result = vocab.OP_INFO[op].result
+    if result is OpResult.RANDOM:
+        return DType.FLOAT32
     return DType.BOOL if result is OpResult.BOOL else operand
 
 

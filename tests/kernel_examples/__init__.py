@@ -25,6 +25,7 @@ from .dtype_ops import (  # noqa: F401
     COMPARE_OPS, FLOAT_BINARY, FLOAT_UNARY_DOMAINS, INT_BINARY, INT_UNARY, casts, float_binary, float_unary, int_ops,
 )
 from .multi_kernel import in_place, twenty_kernels, two_kernels
+from .random import random_numbers
 from .elementwise import arange, bool_where, broadcast_add_transposed, cos_sin, masked_pad
 from .reductions import (  # noqa: F401
     arg_reductions_nan, column_reductions, full_reduction, mean_var, misc_reductions, softmax, softmax_kernel,
@@ -64,4 +65,5 @@ EXAMPLES: dict[str, Callable[[str], Example]] = {
     "unit_and_mergeable_dims": unit_and_mergeable_dims,
     "twenty_kernels": twenty_kernels,
     "in_place": in_place,
+    "random_numbers": random_numbers,
 }

@@ -14,7 +14,10 @@ What the captured graph should contain is decided by what fuses:
   there they stay var_mean.
 * Kept as one ATen op (an extern call to a vendor library beats anything we would generate):
   convolution (+backward), mm/addmm/bmm/baddbmm, embedding (+dense backward: a scatter-add), random ops
-  (native_dropout, bernoulli: our kernels have no RNG), im2col/col2im, and scaled-dot-product attention.
+  (native_dropout, bernoulli: kept whole, so that the IR decides per target -- Triton lowers them to pointwise
+  code on random numbers made in its kernels, `fuse_all_ir/lowerings_random.py`; C++ keeps ATen's generator,
+  eager's CPU values; torch's decomposition would put ATen's rand_like in every graph), im2col/col2im,
+  and scaled-dot-product attention.
   For attention we drop the decompositions of `scaled_dot_product_attention` and of the CPU flash kernel,
   so ATen's dispatcher picks the fused flash / memory-efficient kernel (CUDA) or the CPU flash kernel:
   for BERT that is one memory-bound-free kernel instead of matmul + softmax + matmul with an S x S

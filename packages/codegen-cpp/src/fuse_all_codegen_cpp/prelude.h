@@ -225,3 +225,30 @@ template <class T> static inline T fa_erfinv(T y) {
   x = x - (fa_erf(x) - y) / (k * fa_exp(-x * x));
   return ay > 1 ? T(__builtin_nan("")) : (ay == 1 ? T(__builtin_copysign(__builtin_inf(), y)) : x);
 }
+
+// ---- in-kernel random numbers (IR ops rand/randn): the Triton target's fa.rand/fa.randn, word for word --
+// Philox4x32-10 of the counter (offset low, offset high, 0, 0) under the key (seed low, seed high), as
+// Triton's tl.randint4x; a float in [0, 1) is a word's top 24 bits times 2**-24 (exact).
+static inline void fa_philox(int64_t seed, int64_t offset, uint32_t out[4]) {
+  uint32_t c0 = (uint32_t)(uint64_t)offset, c1 = (uint32_t)((uint64_t)offset >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = (uint32_t)(uint64_t)seed, k1 = (uint32_t)((uint64_t)seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = (uint64_t)0xD2511F53u * c0, p2 = (uint64_t)0xCD9E8D57u * c2;
+    const uint32_t n0 = (uint32_t)(p2 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)p2; c3 = (uint32_t)p0; c0 = n0; c2 = n2;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }
+  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+static inline float fa_rand(int64_t seed, int64_t offset) {
+  uint32_t r[4];
+  fa_philox(seed, offset, r);
+  return (float)(r[0] >> 8) * 5.9604644775390625e-08f;
+}
+static inline float fa_randn(int64_t seed, int64_t offset) {
+  uint32_t r[4];
+  fa_philox(seed, offset, r);
+  const float u1 = ((float)(r[0] >> 8) + 1.0f) * 5.9604644775390625e-08f;
+  const float u2 = (float)(r[1] >> 8) * 5.9604644775390625e-08f;
+  return __builtin_sqrtf(-2.0f * fa_log(u1)) * cosf(6.283185307179586f * u2);
+}

@@ -129,6 +129,7 @@ INT_RULES = {
     "bitwise_and": "(({T})({a} & {b}))", "bitwise_or": "(({T})({a} | {b}))", "bitwise_xor": "(({T})({a} ^ {b}))",
     "lshift": "fa_shl<{T}>({a}, {b})", "rshift": "fa_shr<{T}>({a}, {b})",
     "floor": "{a}", "ceil": "{a}", "round": "{a}", "trunc": "{a}",
+    "rand": "fa_rand((int64_t){a}, (int64_t){b})", "randn": "fa_randn((int64_t){a}, (int64_t){b})",
 }
 
 BOOL_RULES = {

@@ -142,3 +142,22 @@ def pow_int(a, b):
         base = base * base
         e = e >> 1
     return result
+
+
+# In-kernel random numbers (IR ops rand/randn): Philox4x32-10 (Triton's `tl.randint4x`) of the counter
+# (offset low word, offset high word, 0, 0) under the key (seed low word, seed high word). A float in
+# [0, 1) is a word's top 24 bits times 2**-24, exactly (tl.rand scales all 31 bits in float32 and can
+# round up to 1.0). The C++ prelude's fa_rand/fa_randn compute the same words.
+@triton.jit
+def rand(seed, offset):
+    r0, _, _, _ = tl.randint4x(seed, offset)
+    return (r0 >> 8).to(tl.float32) * 5.9604644775390625e-08
+
+
+@triton.jit
+def randn(seed, offset):
+    # Box-Muller on the first two words; u1 in (0, 1] keeps the logarithm finite
+    r0, r1, _, _ = tl.randint4x(seed, offset)
+    u1 = ((r0 >> 8).to(tl.float32) + 1.0) * 5.9604644775390625e-08
+    u2 = (r1 >> 8).to(tl.float32) * 5.9604644775390625e-08
+    return tl.sqrt(-2.0 * tl.log(u1)) * tl.cos(6.283185307179586 * u2)

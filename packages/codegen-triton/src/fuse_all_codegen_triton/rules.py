@@ -59,6 +59,7 @@ _INT = {
     "floordiv": "fa.floordiv_int({0}, {1})", "remainder": "fa.remainder_int({0}, {1})", "fmod": "{0} % {1}",
     "truediv": "{0}.to(tl.float32) / {1}.to(tl.float32)",
     "maximum": "tl.maximum({0}, {1})", "minimum": "tl.minimum({0}, {1})", "pow": "fa.pow_int({0}, {1})",
+    "rand": "fa.rand({0}.to(tl.int64), {1}.to(tl.int64))", "randn": "fa.randn({0}.to(tl.int64), {1}.to(tl.int64))",
 }
 
 _BOOL = {

@@ -105,12 +105,17 @@ def _start_compile_workers() -> None:
 
 
 def _normalized(r: RenderedKernel) -> str:
-    """A kernel's JIT functions and launch spec with its names set aside (comments, the function names)."""
-    spec = {k: v for k, v in r.spec.items() if k not in ("name", "source_hash")}
-    texts = [kernel_sharing.normalized(r.source, r.name, (), "#")]
+    """A kernel's JIT functions and launch spec with its names set aside (comments, the function names, its
+    size arguments' names: each launcher passes its own values by position). The size hints only pick the
+    variant compiled first (each launch checks its own arguments): kernels differing in them still share,
+    as the dropout kernels of BERT's layers do, each reading its seed at a position given as an argument."""
+    sizes = list(r.spec["sizes"])
+    spec = {k: v for k, v in r.spec.items() if k not in ("name", "source_hash", "size_hints")}
+    texts = [kernel_sharing.normalized(r.source, r.name, sizes, "#")]
     if r.source_int64:
-        texts.append(kernel_sharing.normalized(r.source_int64, r.name + "_i64", (), "#"))
-    return "\n".join(texts) + "\n" + repr(spec)
+        texts.append(kernel_sharing.normalized(r.source_int64, r.name + "_i64", sizes, "#"))
+    texts.append(kernel_sharing.normalized(repr(spec), "", sizes, "#"))
+    return "\n".join(texts)
 
 
 def _indent(text: str) -> str:

@@ -65,6 +65,10 @@ class FusionChoices:
     # a small pointwise value read by several consumers is recomputed in each instead of written to memory
     # and read back (`lowering._recomputable`): pays where kernels are memory-bound and launches cheap
     recompute_shared_pointwise: bool = False
+    # dropout, rand/randn(_like) and bernoulli as pointwise code on random numbers made in the kernels from a
+    # per-call seed (`lowerings_random.py`), fused with their neighbours; off: they run in ATen, with ATen's
+    # generator and its values (a target that must reproduce eager's random numbers keeps this off)
+    random_in_kernel: bool = False
 
     # ---- fusion ---------------------------------------------------------------------------------------
     def candidate_order(self, node, candidates: list, shared_reads: Callable[[Any, Any], int]) -> list:

@@ -175,6 +175,8 @@ def _check_compute(stmt: Compute, arg_dtypes: list[str], where: str, fail) -> No
         fail(f"{where}: {stmt.op} of {', '.join(arg_dtypes)} declared {stmt.dtype} (the lowering casts first)")
     if info.arity == 2 and info.result is OpResult.BOOL and arg_dtypes[0] != arg_dtypes[1]:
         fail(f"{where}: {stmt.op} compares {arg_dtypes[0]} with {arg_dtypes[1]}")
+    if info.result is OpResult.RANDOM and (stmt.dtype != "float32" or arg_dtypes[0] != arg_dtypes[1]):
+        fail(f"{where}: {stmt.op} of {', '.join(arg_dtypes)} declared {stmt.dtype} (float32 from one integer dtype)")
     if stmt.op == "where":
         if arg_dtypes[0] != "bool":
             fail(f"{where}: where's condition is {arg_dtypes[0]}, not bool")

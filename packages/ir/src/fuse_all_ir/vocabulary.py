@@ -171,6 +171,9 @@ class Op(_Name):
     BITWISE_AND = "bitwise_and"; BITWISE_OR = "bitwise_or"; BITWISE_XOR = "bitwise_xor"  # noqa: E702
     LSHIFT = "lshift"; RSHIFT = "rshift"; COPYSIGN = "copysign"; HYPOT = "hypot"  # noqa: E702
     WHERE = "where"
+    # in-kernel random numbers: (seed, offset) -> a float32 of the counter-based generator (Philox4x32-10
+    # of the offset under the seed; every codegen computes the same bits), uniform in [0, 1) or normal
+    RAND = "rand"; RANDN = "randn"  # noqa: E702
 
 
 class OpResult(_Name):
@@ -178,6 +181,7 @@ class OpResult(_Name):
     BOOL = "bool"        # comparisons, logical ops and predicates: bool, arguments of one dtype
     ANY = "any"          # cast: the statement's dtype, from any argument dtype
     SELECT = "select"    # where: a bool condition, then two values of the result's dtype
+    RANDOM = "random"    # rand/randn: float32, from an integer seed and offset (of one dtype)
 
 
 @dataclass(frozen=True)
@@ -240,6 +244,8 @@ OP_INFO: MappingProxyType = MappingProxyType({
     **{o: _info(2, OpResult.SAME, {I}, float="torch has no shifts of floating tensors",
                 bool="torch refuses shifts of bool tensors") for o in (Op.LSHIFT, Op.RSHIFT)},
     Op.WHERE: _info(3, OpResult.SELECT, _ALL),
+    **{o: _info(2, OpResult.RANDOM, {I}, float="seed and offset are integers (the lowering makes them int64)",
+                bool="seed and offset are integers (the lowering makes them int64)") for o in (Op.RAND, Op.RANDN)},
 })
 assert set(OP_INFO) == set(Op), f"ops without properties: {set(Op) - set(OP_INFO)}"
 
