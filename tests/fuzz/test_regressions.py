@@ -363,6 +363,13 @@ BROADCAST_VIEW_OUTPUTS = {
     # seed 88 index 2153: expand of a keepdim reduction (a buffer already; its size-1 dim's stride differs)
     "keepdim_reduction": (lambda a: (a.amin((0, 1), keepdim=True).amax(1, keepdim=True).unsqueeze(2)
                                      .expand(-1, -1, 3, -1),), [(11, 13, 2)]),
+    # seed 108 index 129: a full step-1 slice traces as aten.alias, which the chain's second lowering (after
+    # the walk) took for a copy: it saw the graph's last op, not itself
+    "alias": (lambda a: (torch.stack([a, a * 2], 0)[:, 0::1].unsqueeze(2).expand(-1, -1, 2, -1, -1),),
+              [(3, 4, 5)]),
+    # the same: a slice in the chain took its length from the last op's traced shape (a later output of as
+    # many dims): a (4, 7, 5) view out of the (4, 2, 5) value's bounds, the compiled call raised
+    "slice_then_a_later_op": (lambda a, b: ((a * 2).expand(4, 6, 5)[:, 1:3], b + 1), [(1, 6, 5), (4, 7, 5)]),
 }
 
 
