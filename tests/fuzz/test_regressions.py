@@ -370,6 +370,10 @@ BROADCAST_VIEW_OUTPUTS = {
     # the same: a slice in the chain took its length from the last op's traced shape (a later output of as
     # many dims): a (4, 7, 5) view out of the (4, 2, 5) value's bounds, the compiled call raised
     "slice_then_a_later_op": (lambda a, b: ((a * 2).expand(4, 6, 5)[:, 1:3], b + 1), [(1, 6, 5), (4, 7, 5)]),
+    # seed 109 index 366: a stack of a permuted value traces as cat + view of a non-contiguous buffer, which
+    # the view lowering kept as a view only for a contiguous source
+    "stack_of_a_permuted_value": (lambda a: (torch.stack([a.permute(0, 3, 1, 2) * 2] * 2, 3).unsqueeze(1)
+                                             .expand(-1, 2, -1, -1, -1, -1)[..., 1:], a.sum()), [(5, 5, 2, 31)]),
 }
 
 

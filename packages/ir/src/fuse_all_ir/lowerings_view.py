@@ -89,9 +89,40 @@ def reshape(x: Value, size) -> Value:
                for d, (st, n) in enumerate(zip(old_strides, x.size))]
         return x.loader(old)
     view = None
-    if x.view is not None and tuple(x.view.stride) == tuple(contiguous_strides(x.size)):
-        view = View(x.view.buffer, size, new_strides, x.view.offset)
+    if x.view is not None:
+        stride = new_strides if tuple(x.view.stride) == tuple(old_strides) else \
+            _reshaped_strides(x.size, x.view.stride, size)
+        view = View(x.view.buffer, size, stride, x.view.offset) if stride is not None else None
     return Value(size, x.dtype, loader, view)
+
+
+def _reshaped_strides(size, stride, new_size) -> tuple | None:
+    """The strides of `new_size` viewing memory of `size` and `stride` when a view can (torch's
+    computeStride: each run of dims that is merged or split must be contiguous within itself), else None.
+    A stack of a permuted value traces as cat + view of a non-contiguous buffer (fuzz seed 109 index 366):
+    without this its broadcast view output came back a copy. Decided for constant sizes only."""
+    if not all(isinstance(n, sympy.Integer) for n in (*size, *stride, *new_size)):
+        return None
+    size, stride, new_size = [int(n) for n in size], [int(n) for n in stride], [int(n) for n in new_size]
+    if 0 in size or not size:
+        return None
+    new_stride = [0] * len(new_size)
+    view_d = len(new_size) - 1
+    chunk_base_stride, tensor_numel, view_numel = stride[-1], 1, 1
+    for d in reversed(range(len(size))):
+        tensor_numel *= size[d]
+        if d == 0 or (size[d - 1] != 1 and stride[d - 1] != tensor_numel * chunk_base_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or new_size[view_d] == 1):
+                new_stride[view_d] = view_numel * chunk_base_stride
+                view_numel *= new_size[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                chunk_base_stride, tensor_numel, view_numel = stride[d - 1], 1, 1
+    if view_d != -1:
+        return None
+    return tuple(sympy.Integer(n) for n in new_stride)
 
 
 @lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default)
