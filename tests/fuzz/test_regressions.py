@@ -393,6 +393,18 @@ def test_a_broadcast_view_of_a_computed_value_is_returned_as_a_view(codegen, cas
 
 
 @pytest.mark.parametrize("codegen", BOTH)
+def test_a_broadcast_view_of_a_stacked_permuted_value_is_a_view_under_dynamic_shapes(codegen):
+    """The stack_of_a_permuted_value case above with symbolic sizes, where the strides of the view of the
+    non-contiguous cat cannot be decided from the sizes: they are the traced view's, as the cat is laid out
+    as traced (without that, a copy with contiguous strides)."""
+    fn, _ = BROADCAST_VIEW_OUTPUTS["stack_of_a_permuted_value"]
+    calls = [[torch.randn(s)] for s in [(5, 5, 2, 31), (4, 3, 2, 7)]]
+    for (a,) in calls:
+        assert 0 in fn(a)[0].stride()
+    _run_calls(fn, calls, codegen, dynamic=True)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
 def test_a_gradient_that_is_a_reshaped_tangent_keeps_the_tangents_layout(codegen):
     """`a1.unsqueeze(0) + a0` with a0 transposed: the output, and so the tangent the backward gets, has
     strides (128, 1, 2); a0's gradient is `sum(tangent, 0, keepdim).view(2, 64)`, a sum over a size-1 dim,
