@@ -246,6 +246,9 @@ class Generator(PointwiseOps, ShapeOps):
         shifted = self.shifted_read_output()   # last: draws from a stream of its own
         if shifted is not None:
             outs.append(shifted)
+        broadcast_view = self.broadcast_view_output()   # after it: adds a value that it would draw from
+        if broadcast_view is not None:
+            outs.append(broadcast_view)
         return Program(self.seed, self.index, self.inputs, self.lines, [o.name for o in outs],
                        dynamic=self.dynamic, train=self.train, tags=self.tags,
                        exact_names={v.name for v in self.vals if v.exact})

@@ -117,6 +117,40 @@ class ShapeOps:
             return None
         return self.emit(expr, min(v.lo, 0), max(v.hi, 1), v.exact, "shifted_view")
 
+    BROADCAST_VIEW_FRAC = 0.05
+
+    def broadcast_view_output(self):
+        """One more output in a twentieth of the programs: a new value of one user (a stack, a scale) through
+        unsqueeze + expand and a slice before or after it, placed right after its operand, so later ops
+        follow it. fuse_all returns such a chain as a stride-0 view by lowering it again on the value made a
+        buffer, after the graph walk: there a full step-1 slice (traced as aten.alias) came back a copy
+        (seed 108 index 129) and a slice took its length from the graph's last op. A random stream of its
+        own, as shifted_read_output."""
+        r = random.Random(f"fuse-all-fuzz-broadcast-view:{self.seed}:{self.index}")
+        if self.huge or r.random() >= self.BROADCAST_VIEW_FRAC:
+            return None
+        computed = [v for v in self.vals if not v.is_input and v.ndim >= 1]
+        if not computed:
+            return None
+        v = r.choice(computed[:-1] or computed)
+        N, n = v.name, v.ndim
+        if v.dtype == torch.bool or r.random() < 0.5:
+            base, n, lo, hi = f"torch.stack([{N}, {N}], {r.randrange(n + 1)})", n + 1, v.lo, v.hi
+        else:
+            base, lo, hi = f"({N} * 2)", 2 * v.lo, 2 * v.hi
+        slice_first = r.random() < 0.5
+        e = r.randrange(n if slice_first else n + 1)
+        idx = ":, " * e
+        piece = r.choice((f"[{idx}0::1]", f"[{idx}1:]", f"[{idx}:-1]", f"[{idx}1::2]", f".narrow({e}, 0, 1)"))
+        d = r.randrange(n + 1)
+        expand = f".unsqueeze({d}).expand({', '.join(['-1'] * d + [str(r.choice((2, 3)))] + ['-1'] * (n - d))})"
+        out = self.emit(base + (piece + expand if slice_first else expand + piece), lo, hi, v.exact,
+                        "broadcast_view")
+        if out is not None:
+            self.lines.insert(self.lines.index(next(line for line in self.lines if line[0] == N)) + 1,
+                              self.lines.pop())
+        return out
+
     @staticmethod
     def _cat_ok(x, y, d):
         return all(a == b for i, (a, b) in enumerate(zip(x.shape, y.shape)) if i != d)

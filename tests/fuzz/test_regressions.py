@@ -363,6 +363,17 @@ BROADCAST_VIEW_OUTPUTS = {
     # seed 88 index 2153: expand of a keepdim reduction (a buffer already; its size-1 dim's stride differs)
     "keepdim_reduction": (lambda a: (a.amin((0, 1), keepdim=True).amax(1, keepdim=True).unsqueeze(2)
                                      .expand(-1, -1, 3, -1),), [(11, 13, 2)]),
+    # seed 108 index 129: a full step-1 slice traces as aten.alias, which the chain's second lowering (after
+    # the walk) took for a copy: it saw the graph's last op, not itself
+    "alias": (lambda a: (torch.stack([a, a * 2], 0)[:, 0::1].unsqueeze(2).expand(-1, -1, 2, -1, -1),),
+              [(3, 4, 5)]),
+    # the same: a slice in the chain took its length from the last op's traced shape (a later output of as
+    # many dims): a (4, 7, 5) view out of the (4, 2, 5) value's bounds, the compiled call raised
+    "slice_then_a_later_op": (lambda a, b: ((a * 2).expand(4, 6, 5)[:, 1:3], b + 1), [(1, 6, 5), (4, 7, 5)]),
+    # seed 109 index 366: a stack of a permuted value traces as cat + view of a non-contiguous buffer, which
+    # the view lowering kept as a view only for a contiguous source
+    "stack_of_a_permuted_value": (lambda a: (torch.stack([a.permute(0, 3, 1, 2) * 2] * 2, 3).unsqueeze(1)
+                                             .expand(-1, 2, -1, -1, -1, -1)[..., 1:], a.sum()), [(5, 5, 2, 31)]),
 }
 
 
@@ -379,6 +390,18 @@ def test_a_broadcast_view_of_a_computed_value_is_returned_as_a_view(codegen, cas
     assert 0 in expected[0].stride()
     actual = compile_fn(fn, codegen)(*inputs)
     assert_same(actual, expected, atol=1e-6, rtol=1e-6)       # strides included
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_a_broadcast_view_of_a_stacked_permuted_value_is_a_view_under_dynamic_shapes(codegen):
+    """The stack_of_a_permuted_value case above with symbolic sizes, where the strides of the view of the
+    non-contiguous cat cannot be decided from the sizes: they are the traced view's, as the cat is laid out
+    as traced (without that, a copy with contiguous strides)."""
+    fn, _ = BROADCAST_VIEW_OUTPUTS["stack_of_a_permuted_value"]
+    calls = [[torch.randn(s)] for s in [(5, 5, 2, 31), (4, 3, 2, 7)]]
+    for (a,) in calls:
+        assert 0 in fn(a)[0].stride()
+    _run_calls(fn, calls, codegen, dynamic=True)
 
 
 @pytest.mark.parametrize("codegen", BOTH)

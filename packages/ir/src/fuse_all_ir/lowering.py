@@ -2,6 +2,7 @@
 to an ATen call for everything else."""
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 
@@ -240,6 +241,20 @@ class GraphLowering:
         return BufferRef(v.buffer, TensorSpec(value.dtype, tuple(v.size), tuple(v.stride), v.offset, self.device))
 
     # -- the walk
+    @contextlib.contextmanager
+    def lowering_node(self, node: torch.fx.Node):
+        """Lower `node`'s op: lowerings read the op, its traced value (sizes a guard resolved, the split
+        count, the dtype) and its origin from here, also when an output's view chain is lowered again
+        after the walk (lowering_outputs)."""
+        previous = self.current
+        self.current = node
+        token = CURRENT_ORIGIN.set(origin_of(node))
+        try:
+            yield
+        finally:
+            CURRENT_ORIGIN.reset(token)
+            self.current = previous
+
     def run(self) -> LoweredGraph:
         placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
         for i, (node, example) in enumerate(zip(placeholders, self.example_inputs)):
@@ -247,12 +262,8 @@ class GraphLowering:
         outputs = []
         for node in self.gm.graph.nodes:
             if node.op == "call_function":
-                self.current = node
-                token = CURRENT_ORIGIN.set(origin_of(node))
-                try:
+                with self.lowering_node(node):
                     self.env[node.name] = self._lower_call(node)
-                finally:
-                    CURRENT_ORIGIN.reset(token)
             elif node.op == "output":
                 write_back_inputs(self)
                 outputs = [self._lower_output(a) for a in node.args[0]]

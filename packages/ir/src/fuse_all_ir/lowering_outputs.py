@@ -59,7 +59,10 @@ def view_of_realized_source(g, node: torch.fx.Node, stride) -> BufferRef | None:
                 continue
             args = torch.fx.node.map_arg(step.args[1:], lambda n: g.env[n.name])
             kwargs = torch.fx.node.map_arg(step.kwargs, lambda n: g.env[n.name])
-            value = LOWERINGS[step.target](g, value, *args, **kwargs)
+            # as `step` itself, not as the graph's last op: alias kept a view only when it saw itself (else a
+            # copy, seed 108 index 129), a slice took its length from that op's traced shape (out of bounds)
+            with g.lowering_node(step):
+                value = LOWERINGS[step.target](g, value, *args, **kwargs)
     except (KeyError, Unsupported, NotImplementedError):
         return None
     if not isinstance(value, Value) or value.view is None or not _same_strides(value.view, stride):

@@ -129,7 +129,25 @@ def view_strides(old_size, old_stride, new_size) -> tuple[sympy.Integer, ...] | 
 
 @lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default)
 def _view(g, x, size):
-    return reshape(x, size)
+    out = reshape(x, size)
+    if out.view is None and x.view is not None and g.current is not None and g.current.target is aten.view.default:
+        stride = _traced_view_strides(g.current, x)
+        if stride is not None and len(stride) == out.ndim:
+            out = Value(out.size, out.dtype, out.loader, View(x.view.buffer, out.size, stride, x.view.offset),
+                        out.origin)
+    return out
+
+
+def _traced_view_strides(node, x: Value) -> tuple | None:
+    """A view's strides as traced, when its source is laid out as traced: what torch computed under its
+    guards, for symbolic sizes too (where `view_strides` cannot decide)."""
+    source, val = node.args[0].meta.get("val"), node.meta.get("val")
+    if not isinstance(source, torch.Tensor) or not isinstance(val, torch.Tensor):
+        return None
+    if (tuple(sym(n) for n in source.shape) != tuple(x.size)
+            or tuple(sym(n) for n in source.stride()) != tuple(x.view.stride)):
+        return None
+    return tuple(sym(n) for n in val.stride())
 
 
 @lowers(aten.permute.default, aten.permute_copy.default)
