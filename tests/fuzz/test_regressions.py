@@ -537,3 +537,15 @@ def test_an_integer_cast_of_a_small_negative_float_is_positive_zero(codegen, dty
         return torch.copysign(a1, whole), 1 / whole.to(dtype), torch.copysign(a1, a0.to(torch.int32).to(dtype))
     a0 = torch.linspace(-0.99, 0.99, 64, dtype=dtype)
     _run_calls(fn, [[a0, torch.rand(64, dtype=dtype) + 0.5]], codegen)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+@pytest.mark.parametrize("op", [torch.logical_and, torch.logical_or, torch.logical_xor], ids=lambda f: f.__name__)
+def test_logical_ops_of_a_comparison_of_broadcast_scalars(codegen, op):
+    """Triton interpreter: `logical_xor(a2 != a4, x >= a2)` with 0-d float16 a2, a4 raised "ufunc
+    'bitwise_xor' not supported" (the comparison of two scalars was a float there; `&` and `|` too).
+    Fuzz: seed 116 index 275 (triton)."""
+    def fn(a, c, x):
+        return op(a != c, x >= a), op(x >= a, a != c), op(a != c, a > c)
+    a, c = torch.tensor(0.5, dtype=torch.float16), torch.tensor(0.25, dtype=torch.float16)
+    _run_calls(fn, [[a, c, torch.randn(8)], [c, c, torch.randn(8)]], codegen)

@@ -68,7 +68,10 @@ _BOOL = {
 }
 _UNSIGNED = {"bitwise_not": "{0} ^ 255"}   # ~x builds a -1 constant, which uint8 cannot hold
 
-_LOGICAL = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}
+# not `&`, `|`, `^`: the interpreter keeps a comparison of 0-d values (a broadcast scalar) as a float and
+# its bitwise ufuncs reject float with bool (fuzz seed 116 index 275); where and != read both as truth values
+_LOGICAL = {"logical_and": "tl.where({0}, {1}, {0})", "logical_or": "tl.where({0}, {0}, {1})",
+            "logical_xor": "{0} != {1}"}
 
 
 def render_compute(op: str, args: list[tuple[str, str]], out_dtype: str) -> str:
@@ -81,8 +84,8 @@ def render_compute(op: str, args: list[tuple[str, str]], out_dtype: str) -> str:
             return f"{_paren(codes[0])}.to(tl.{out_dtype}).to({tl_type(out_dtype)})"
         return render_cast(codes[0], args[0][1], out_dtype)
     if op in _LOGICAL:
-        a, b = (c if dt == "bool" else f"({c} != 0)" for c, dt in args)
-        return f"{a} {_LOGICAL[op]} {b}"
+        a, b = (_paren(c) if dt == "bool" else f"({c} != 0)" for c, dt in args)
+        return _LOGICAL[op].format(a, b)
     if op == "where":
         cond = codes[0] if args[0][1] == "bool" else f"({codes[0]} != 0)"
         return f"tl.where({cond}, {codes[1]}, {codes[2]})"
