@@ -41,10 +41,15 @@ print("@@" + json.dumps({
 
 
 def _run(tmp_path: Path, backend: str = "fuse_all", model: str = "mlp", **env) -> dict:
+    return _run_script(tmp_path, RUN, backend, model, **env)
+
+
+def _run_script(tmp_path: Path, script: str, *args: str, **env) -> dict:
+    """`script` in a new process with caches on, in folders under `tmp_path`; the JSON it prints after `@@`."""
     environ = {**os.environ, "FUSE_ALL_CACHE_DIR": str(tmp_path / "fa"),
                "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
                "FUSE_ALL_FORCE_DISABLE_CACHES": "0", "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "0", **env}
-    proc = subprocess.run([sys.executable, "-c", RUN, backend, model], capture_output=True, text=True, timeout=300,
+    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300,
                           env=environ)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
@@ -180,16 +185,7 @@ def test_a_training_graph_loaded_from_the_cache_runs_its_backward(tmp_path):
     """Dynamic shapes + backward, second process: the backward loaded from the AOTAutograd cache is
     called through torch's disable() wrapper, which hides `_boxed_call`, so GraphCode got one argument
     per input ("takes 2 positional arguments but 5 were given"). Fuzz: seed 46 index 139 (triton)."""
-    environ = {**os.environ, "FUSE_ALL_CACHE_DIR": str(tmp_path / "fa"),
-               "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
-               "FUSE_ALL_FORCE_DISABLE_CACHES": "0", "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "0"}
-    results = []
-    for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", TRAIN], capture_output=True, text=True, timeout=300,
-                              env=environ)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@")]
-        assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-        results.append(json.loads(lines[-1][2:]))
+    results = [_run_script(tmp_path, TRAIN) for _ in range(2)]
     assert all(e < 1e-6 for r in results for e in r["errors"]), results
     assert any(results[1]["from_cache"]), results   # the second process did load from the cache
 
@@ -219,16 +215,7 @@ def test_a_static_training_graph_is_kept_when_its_backward_compiles(tmp_path):
     and torch saves the pair's entry right then; it is bundled (and so kept) only while
     `bundled_autograd_cache` is on (`compat.bundle_lazy_backward_save`), which is put back after. The
     second process loads both graphs and skips the tracing."""
-    environ = {**os.environ, "FUSE_ALL_CACHE_DIR": str(tmp_path / "fa"),
-               "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
-               "FUSE_ALL_FORCE_DISABLE_CACHES": "0", "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "0"}
-    results = []
-    for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", TRAIN_STATIC], capture_output=True, text=True, timeout=300,
-                              env=environ)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@")]
-        assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-        results.append(json.loads(lines[-1][2:]))
+    results = [_run_script(tmp_path, TRAIN_STATIC) for _ in range(2)]
     assert all(e < 1e-5 for r in results for e in r["errors"]), results
     assert results[0]["from_cache"] == [False, False], results
     assert results[1]["from_cache"] == [True, True], results     # forward and backward loaded

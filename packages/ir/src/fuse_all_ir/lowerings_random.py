@@ -133,23 +133,15 @@ def _cast(e, dtype: str):
     return e if e.dtype == dtype else op("cast", (e,), dtype)
 
 
-@lowers(aten.rand_like.default)
-def rand_like(g, x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+# The factories' arguments (a size or a tensor to match; dtype, layout, device, memory format) are not read:
+# the traced value has them all.
+@lowers(aten.rand.default, aten.rand_like.default)
+def rand(g, _size_or_like, **_factory_kwargs):
     return _uniform(g)
 
 
-@lowers(aten.rand.default)
-def rand(g, size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _uniform(g)
-
-
-@lowers(aten.randn_like.default)
-def randn_like(g, x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return _normal(g)
-
-
-@lowers(aten.randn.default)
-def randn(g, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+@lowers(aten.randn.default, aten.randn_like.default)
+def randn(g, _size_or_like, **_factory_kwargs):
     return _normal(g)
 
 
