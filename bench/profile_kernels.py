@@ -100,6 +100,60 @@ def _device_times(instance, fn, steps: int, launched_by: re.Pattern | None = Non
     return times, launches // steps, {name: n // steps for name, n in calls.items()}
 
 
+_GEMMS = ("mm", "addmm", "bmm", "baddbmm", "_addmm_activation")
+
+
+def _gemm_calls(instance, fn) -> dict[tuple, int]:
+    """The matrix products one step launches (op, sizes, strides, dtype of each tensor argument), counted: the
+    same product on other operand layouts can take cuBLAS to other kernels (`tn` vs `nn` tiles)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls: dict[tuple, int] = collections.defaultdict(int)
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ in _GEMMS:
+                tensors = tuple((tuple(a.shape), a.stride(), str(a.dtype).replace("torch.", ""), a.data_ptr() % 256)
+                                for a in args if isinstance(a, torch.Tensor))
+                scalars = tuple(sorted((k, v) for k, v in (kwargs or {}).items() if not isinstance(v, torch.Tensor)))
+                calls[(func.overloadpacket.__name__, tensors, scalars)] += 1
+            return func(*args, **(kwargs or {}))
+
+    for _ in range(2):
+        instance.step(fn)
+    with Record():
+        instance.step(fn)
+    return calls
+
+
+def _time_gemm(op: str, tensors: tuple, scalars: tuple) -> float:
+    """µs of one call of `op` on fresh random operands of the recorded sizes, strides and address modulo 256
+    (cuBLAS picks kernels by the operands' alignment too)."""
+    import triton.testing
+    args = []
+    for shape, stride, dtype, address in tensors:
+        extent = 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+        base = torch.randn(extent + 256, device="cuda", dtype=getattr(torch, dtype))
+        skip = (address - base.data_ptr() % 256) % 256 // base.element_size()
+        args.append(base.as_strided(shape, stride, skip))
+    func = getattr(torch.ops.aten, op).default
+    return 1000 * triton.testing.do_bench(lambda: func(*args, **dict(scalars)), rep=50)
+
+
+def _print_gemms(per_backend: dict[str, dict[tuple, int]]) -> None:
+    timed: dict[tuple, float] = {}
+    for backend, calls in per_backend.items():
+        total = 0.0
+        print(f"\n{backend}: matrix products per step (op, [sizes strides dtype] per tensor, scalars)")
+        for key, n in sorted(calls.items(), key=lambda kv: str(kv[0])):
+            if key not in timed:
+                timed[key] = _time_gemm(*key)
+            total += n * timed[key]
+            operands = " ".join(f"{list(sz)}{list(st)}@{address}" for sz, st, _, address in key[1])
+            print(f"  {n:3d}x {timed[key]:8.1f} us  {key[0]:8s} {operands} {key[1][0][2]} {dict(key[2]) or ''}")
+        print(f"  total {total / 1000:.3f} ms per step (operands re-timed alone)")
+
+
 def _eager_channels_last_ms(name: str, device: str) -> tuple[float, float] | None:
     """Eager ms per step with the model and input as built, and both converted to channels-last."""
     import triton.testing
@@ -128,6 +182,8 @@ def main() -> None:
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--launched-by", help="regex over kernel names: print the host ops that launched them")
+    p.add_argument("--gemms", action="store_true", help="list every matrix product of a step with its operands' "
+                   "sizes and strides, timed alone (why two backends' matmul times differ)")
     p.add_argument("--json", help="write every kernel's device ms and launches per step, per backend, here")
     args = p.parse_args()
     everything: dict = {}
@@ -138,6 +194,11 @@ def main() -> None:
             if result:
                 print(f"eager ms per step: as built {result[0]:.3f}, channels-last {result[1]:.3f}")
         per_backend = {}
+        if args.gemms:
+            _print_gemms({backend: _gemm_calls(instance, _compiled(instance, backend))
+                          for backend in args.backends.split(",")
+                          for instance in [workloads.build(name, args.device)]})
+            continue
         for backend in args.backends.split(","):
             instance = workloads.build(name, args.device)
             times, launches, calls = _device_times(

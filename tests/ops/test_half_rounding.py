@@ -1,8 +1,15 @@
 """float16/bfloat16 values rounded as eager rounds them: casts bit-exact on every kind of float32 value, and
 fused chains of ATen ops rounding each op's result (fuse_all_ir.rounding)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
+import fuse_all
 from fuse_all_optest import BOTH, compile_fn, make
 
 
@@ -47,3 +54,31 @@ def test_a_fused_chain_of_half_ops_equals_eager_bit_for_bit(codegen, dtype):
     x, y = make((4096,), dtype, low=-4, high=4), make((4096,), dtype, low=-4, high=4)
     for actual, expected in zip(compile_fn(fn, codegen)(x, y), fn(x, y)):
         assert torch.equal(actual, expected), (actual != expected).sum()
+
+
+def test_kernels_that_round_to_half_compile_without_fma_contraction(tmp_path):
+    """LLVM narrows `float(half(x * y)) + x` to half arithmetic and NVPTX then fuses it into one
+    `fma.rn.f16x2`, dropping the rounding of the product that eager's two kernels do (1-ulp differences in a
+    third of the elements on the H200). Kernels that round to float16/bfloat16 compile with fp fusion off."""
+    def fn(x, y):
+        t = x * y + x
+        return torch.maximum((t - y) * t, y.abs()) - x * 3
+
+    programs = {}
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        compile_fn(fn, "triton")(*(make((256,), dtype) for _ in range(2)))
+        programs[dtype] = fuse_all.compiled_graphs()[-1].output_code
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
+    probe = Path(__file__).parents[1] / "codegen_triton" / "half_ptx_probe.py"
+    proc = subprocess.run([sys.executable, str(probe), *programs.values()], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    for dtype, path in programs.items():
+        (kernel,) = found[path].values()
+        if dtype == torch.float32:
+            assert kernel["fp_fusion"] and not kernel["half_fma"]
+        else:
+            assert not kernel["fp_fusion"] and kernel["half_fma"] == [], (dtype, kernel)
+            assert kernel["half_fma_if_fused"], (dtype, "the control: with contraction on, the probe sees it")

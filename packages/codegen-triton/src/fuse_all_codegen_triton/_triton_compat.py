@@ -116,17 +116,19 @@ def _backend(target):
 
 
 def compile_kernel(fn, signature: dict, constexprs: dict, divisible: tuple[int, ...], num_warps: int,
-                   num_stages: int, device_index: int | None = None, target=None):
+                   num_stages: int, device_index: int | None = None, target=None, fp_fusion: bool = True):
     """Compile `fn` (a JITFunction) for `signature` ({param: "*fp32" | "i32" | "constexpr"}) with the
     given constexpr values ({param: value}). Parameters whose index is in `divisible` are promised to be
     multiples of 16 (pointers: 16-byte aligned): what lets Triton vectorise loads and masks. Returns a
-    CompiledKernel (not yet loaded). `target` (a GPUTarget) allows compiling without a GPU."""
+    CompiledKernel (not yet loaded). `target` (a GPUTarget) allows compiling without a GPU. `fp_fusion=False`
+    forbids contracting a multiply and an add into one FMA (see render.exact_half_rounding)."""
     from triton.compiler import ASTSource
     target = target or get_target(device_index)
     backend = _backend(target)
     attrs = {(i,): backend.parse_attr("D") for i in divisible}
     src = ASTSource(fn, signature, {(fn.arg_names.index(k),): v for k, v in constexprs.items()}, attrs)
-    return triton.compile(src, target=target, options={"num_warps": num_warps, "num_stages": num_stages})
+    return triton.compile(src, target=target, options={"num_warps": num_warps, "num_stages": num_stages,
+                                                       "enable_fp_fusion": fp_fusion})
 
 
 def load_compiled(compiled, device_index: int):

@@ -79,7 +79,7 @@ def _compile_job(job: dict, folder: str, modules: dict) -> str:
     fn = getattr(module, job["name"])
     target = GPUTarget(*job["target"])
     kernel = compat.compile_kernel(fn, job["signature"], job["constexprs"], job["divisible"], job["num_warps"],
-                                   job["num_stages"], target=target)
+                                   job["num_stages"], target=target, fp_fusion=job["fp_fusion"])
     compat.prebuild_launcher(kernel)
     return kernel.hash
 
@@ -172,14 +172,14 @@ class WorkerPool:
                 self._idle.put(worker)
 
     def compile(self, fn, signature: dict, constexprs: dict, divisible: tuple, num_warps: int, num_stages: int,
-                target, cache_dir: str) -> bool:
+                target, cache_dir: str, fp_fusion: bool = True) -> bool:
         """Compile in a worker (filling Triton's cache); False when the workers are unusable. A variant a
         worker compiled before into this cache folder (a marker in our private cache says so; a warm
         start) is left to the parent's compile, which finds it in Triton's cache without a worker."""
         raw_source = "".join(fn.raw_src) if isinstance(fn.raw_src, list) else fn.raw_src
         job = {"raw_source": raw_source, "start_line": fn.starting_line_number, "name": fn.__name__,
                "signature": signature, "constexprs": constexprs, "divisible": tuple(divisible),
-               "num_warps": num_warps, "num_stages": num_stages,
+               "num_warps": num_warps, "num_stages": num_stages, "fp_fusion": fp_fusion,
                "target": (target.backend, target.arch, target.warp_size), "cache_dir": cache_dir}
         marker = _marker(job)
         if marker is not None and marker.exists():

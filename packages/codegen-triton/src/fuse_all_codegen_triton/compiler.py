@@ -86,10 +86,11 @@ def compile_only(fn, spec: dict, key: VariantKey, device_index: int | None = Non
     config = spec["configs"][key.config]
     args = (fn, signature(fn, spec, key.int64), constexpr_values(fn, config), divisible_params(spec, key),
             config["num_warps"], config.get("num_stages", 1))
+    fp_fusion = spec.get("fp_fusion", True)
     pool = worker_pool()
     if pool is not None:
-        pool.compile(*args, target or compat.get_target(device_index), compat.cache_dir())
-    return compat.compile_kernel(*args, device_index, target)
+        pool.compile(*args, target or compat.get_target(device_index), compat.cache_dir(), fp_fusion)
+    return compat.compile_kernel(*args, device_index, target, fp_fusion)
 
 
 _WORKERS = None

@@ -103,12 +103,23 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict | None = None, hints: dict
         "int32_guard": guard,
         "configs": _configs(kernel, shape, xnumel, rnumel, hints, options),
         "n_inputs": len(kernel.inputs),
+        "fp_fusion": not rounds_to_half(kernel),
         # outputs whose old contents the kernel reads (in place): benchmarking must not run on them
         "mutated": [i for i, b in enumerate(kernel.outputs) if b in kernel.inputs or b in _loaded(kernel)],
         "source_hash": hashlib.sha256((source + (source_int64 or "")).encode()).hexdigest()[:32],
         "size_hints": {str(s): int(hints[s]) for s in kernel.size_symbols if s in hints},
     }
     return RenderedKernel(kernel.name, source, source_int64, spec)
+
+
+def rounds_to_half(kernel: Kernel) -> bool:
+    """Whether the kernel rounds a value to float16/bfloat16 (a cast; `fuse_all_ir.rounding` adds one after
+    every half op). Such a kernel compiles without FMA contraction: LLVM narrows `extf(truncf(x * y)) + z`
+    to half arithmetic and would then fuse the multiply and the add into one `fma.rn.f16x2`, dropping the
+    product's rounding that eager's separate kernels do (Inductor: `enable_fp_fusion` off when it emulates
+    precision casts)."""
+    return any(isinstance(st, Compute) and st.op == "cast" and st.dtype in ("float16", "bfloat16")
+               for st in kernel.statements())
 
 
 def _loaded(kernel: Kernel) -> set:

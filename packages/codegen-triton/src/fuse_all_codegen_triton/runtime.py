@@ -329,7 +329,8 @@ class TritonKernel:
         grid = (self._grids[self.configs.index(config)](*sizes),)
         options = {k: config[k] for k in configs.BLOCK_NAMES if k in config}
         if not self.interpret:   # the interpreter takes no compile options
-            options.update(num_warps=config["num_warps"], num_stages=config.get("num_stages", 1))
+            options.update(num_warps=config["num_warps"], num_stages=config.get("num_stages", 1),
+                           enable_fp_fusion=self.spec.get("fp_fusion", True))
         self._fn_for(int64)[grid](*args, **options)
 
     def __repr__(self):
