@@ -53,15 +53,16 @@ def _compiled(instance, key: str):
 
 
 def _launchers(prof, pattern: re.Pattern) -> list[str]:
-    """For the device kernels whose names match `pattern`: the chain of host ops that launched them (innermost
-    first, with input shapes), counted over the profiled steps."""
+    """For the device kernels whose names match `pattern`: the kernels' names, then the chain of host ops that
+    launched them (innermost first, with input shapes), counted over the profiled steps."""
     chains: dict[str, int] = collections.defaultdict(int)
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA or not any(
                 pattern.search(k.name) for k in getattr(event, "kernels", ())):
             continue
-        chain, parent = [], event
-        while parent is not None and len(chain) < 6:
+        launched = sorted({k.name[:60] for k in event.kernels if pattern.search(k.name)})
+        chain, parent = [" + ".join(launched)], event
+        while parent is not None and len(chain) < 7:
             shapes = getattr(parent, "input_shapes", None)
             chain.append(f"{parent.name}{shapes if shapes else ''}")
             parent = parent.cpu_parent

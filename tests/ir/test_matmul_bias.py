@@ -34,6 +34,26 @@ CASES = {
 }
 
 
+def test_a_product_feeding_dropout_is_split_only_where_random_numbers_are_drawn_in_kernels():
+    """BERT's training forward: addmm -> view -> native_dropout -> residual add -> LayerNorm. Dropout reads
+    the product elementwise, so with in-kernel random numbers the bias add fuses into the dropout kernel;
+    with ATen's dropout (a separate call) the product must exist as is, and the addmm stays."""
+    def fn(x, w, b):
+        y, _ = aten.native_dropout(F.linear(x, w, b).view(2, 3, 5), 0.25, True)   # as AOTAutograd traces it
+        return F.layer_norm(y + 1, (5,))
+    inputs = _inputs((6, 8), (5, 8), (5,))
+    for random_in_kernel, addmms_left in ((False, 1), (True, 0)):
+        gm = make_fx(fn, tracing_mode="fake")(*inputs)
+        assert aten.native_dropout.default in _targets(gm)
+        assert unfuse_matmul_bias(gm, random_in_kernel) == 1 - addmms_left
+        assert _targets(gm).count(aten.addmm.default) == addmms_left
+        gm.graph.lint()
+    torch.manual_seed(3)
+    expected = fn(*inputs)
+    torch.manual_seed(3)
+    torch.testing.assert_close(gm(*inputs), expected)   # same dropout mask from the same generator state
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_rewrite_decision_and_values(name):
     fn, shapes, addmms_left = CASES[name]

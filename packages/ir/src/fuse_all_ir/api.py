@@ -39,10 +39,10 @@ def lower(gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", dev
 
 def _lower(gm, example_inputs, graph_id, device, validate, reuse_buffers, choices) -> Compiled:
     with phase("lowering"):
-        if choices is not None and choices.unfuse_matmul_bias:
-            unfuse_matmul_bias(gm)
-        recompute = choices is not None and choices.recompute_shared_pointwise
         random_in_kernel = choices is not None and choices.random_in_kernel
+        if choices is not None and choices.unfuse_matmul_bias:
+            unfuse_matmul_bias(gm, random_in_kernel)
+        recompute = choices is not None and choices.recompute_shared_pointwise
         lowered = GraphLowering(gm, example_inputs, graph_id, device, recompute_shared=recompute,
                                 random_in_kernel=random_in_kernel).run()
     with phase("fusion_schedule"):

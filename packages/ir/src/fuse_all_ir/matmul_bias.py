@@ -6,6 +6,10 @@ Inductor's 11.2 ms on 128×128 for the same GEMMs). Where the product only feeds
 costs nothing in the kernel that already reads the product (the residual add before a LayerNorm, a GELU),
 so the split GEMM is pure gain. Inductor makes the same rewrite (`should_prefer_unfused_addmm`, GPU only).
 A product that is saved for the backward, returned, or read by a non-pointwise op keeps its `addmm`.
+Dropout reads its input elementwise; where the target draws its random numbers in the kernels
+(`random_in_kernel`), a product feeding dropout (BERT's attention output and second FFN layers in training,
+then the residual add and LayerNorm) is split too: on the H200 the FFN's 1024x3072 @ 3072x768 addmm took
+177 us on cuBLASLt's 128x64 tiles, the plain mm 106 us on 128x128 (train_bert_8x128, 0.85 ms per step).
 """
 from __future__ import annotations
 
@@ -21,16 +25,16 @@ _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, at
           aten.squeeze.dim, aten.squeeze.default, aten.expand.default}
 
 
-def _only_pointwise_uses(node: torch.fx.Node) -> bool:
+def _only_pointwise_uses(node: torch.fx.Node, elementwise: frozenset = frozenset()) -> bool:
     if not node.users:
         return False
     for user in node.users:
         if user.op != "call_function" or not isinstance(user.target, torch._ops.OpOverload):
             return False
         if user.target in _VIEWS:
-            if not _only_pointwise_uses(user):
+            if not _only_pointwise_uses(user, elementwise):
                 return False
-        elif torch.Tag.pointwise not in user.target.tags:
+        elif torch.Tag.pointwise not in user.target.tags and user.target not in elementwise:
             return False
     return True
 
@@ -44,13 +48,15 @@ def _plain(node: torch.fx.Node) -> bool:
             and product.dim() == 2 and bias.dtype == product.dtype and bias.dim() <= 2)
 
 
-def unfuse_matmul_bias(gm: torch.fx.GraphModule) -> int:
-    """Rewrite in place; returns how many `addmm`s became `mm` + `add`."""
+def unfuse_matmul_bias(gm: torch.fx.GraphModule, random_in_kernel: bool = False) -> int:
+    """Rewrite in place; returns how many `addmm`s became `mm` + `add`. With `random_in_kernel`, dropout
+    counts as a pointwise reader of the product."""
+    elementwise = frozenset({aten.native_dropout.default}) if random_in_kernel else frozenset()
     rewritten = 0
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target is not aten.addmm.default:
             continue
-        if not (_plain(node) and _only_pointwise_uses(node)):
+        if not (_plain(node) and _only_pointwise_uses(node, elementwise)):
             continue
         bias, x, w = node.args
         traced = node.meta["val"]
