@@ -263,6 +263,7 @@ def test_repeated_layers_share_one_compiled_kernel_with_their_own_seeds():
     outs = compiled(fn)(x, *ws)
     source = open(fuse_all.compiled_graphs()[-1].output_code).read()
     assert source.count("same code as kernel_0: one compile") == 2, source
+    _compile_signatures_use_the_shared_functions_names(fuse_all.compiled_graphs()[-1].output_code)
     masks = [d == 0 for d in outs[0::2]]
     for mask in masks:
         assert within(mask.float().mean().item(), 0.5, 0.5, n=mask.numel())
@@ -273,3 +274,23 @@ def test_repeated_layers_share_one_compiled_kernel_with_their_own_seeds():
         torch.testing.assert_close(d[kept], 2 * (previous @ w)[kept])
         torch.testing.assert_close(out, torch.tanh(d + previous))
         previous = out
+
+
+def _compile_signatures_use_the_shared_functions_names(output_code: str) -> None:
+    """What a GPU compiles for a launcher whose kernel shares another's function: the signature names the
+    function's parameters (the sharer's own size names, `seed_index1`, are not the function's: Triton 3.6
+    raised "'seed_index16' is not in list" and the fast launch fell back to Triton's slower launcher)."""
+    import importlib.util
+
+    from fuse_all_codegen_triton.compiler import signature
+
+    spec = importlib.util.spec_from_file_location("fuse_all_random_sharing_program", output_code)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    launchers = [getattr(module, n) for n in dir(module) if n.endswith("_launcher")]
+    sharers = [k for k in launchers if k.fn.__name__ != k.name]
+    assert len(sharers) == 2
+    for launcher in launchers:
+        params = list(launcher.fn.arg_names)
+        sig = signature(launcher.fn, launcher.spec, False)
+        assert list(sig) == params[:len(sig)], (launcher.name, sig, params)

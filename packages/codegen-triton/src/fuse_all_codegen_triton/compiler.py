@@ -60,12 +60,14 @@ class VariantKey(NamedTuple):
 
 
 def signature(fn, spec: dict, int64: bool) -> dict:
-    """{param name: Triton type} in parameter order."""
+    """{param name: Triton type} in parameter order. Names are `fn`'s own: a kernel sharing another's
+    function (kernel_sharing) passes its size arguments by position under other names (`seed_index16` for
+    the function's `seed_index0`)."""
     names = list(fn.arg_names)
-    n_ptr = len(spec["pointers"])
+    n_ptr, n_sizes = len(spec["pointers"]), len(spec["sizes"])
     sig = dict(zip(names[:n_ptr], spec["pointers"]))
     size_type = "i64" if int64 else spec["size_type"]
-    sig.update({name: size_type for name in spec["sizes"]})
+    sig.update({name: size_type for name in names[n_ptr:n_ptr + n_sizes]})
     sig.update({name: "constexpr" for name in names[n_ptr + len(spec["sizes"]):]})
     return sig
 
