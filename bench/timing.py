@@ -23,6 +23,9 @@ def first_call(fn: Callable[[], Any], device: str) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
+MIN_SAMPLES = 8
+
+
 def median_ms(fn: Callable[[], Any], device: str, quick: bool = False) -> float:
     """Median runtime of `fn` in milliseconds, warmed up.
 
@@ -33,6 +36,10 @@ def median_ms(fn: Callable[[], Any], device: str, quick: bool = False) -> float:
     if device == "cuda":
         import triton.testing
         warmup, rep = (5, 20) if quick else (25, 100)
+        # do_bench times max(1, rep / (one call's ms)) calls: a 12 ms training step under --quick was one
+        # sample; ask for enough milliseconds to take at least MIN_SAMPLES
+        one_call_ms = 1e3 * first_call(fn, device)[0]
+        rep = max(rep, MIN_SAMPLES * one_call_ms)
         try:
             return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
         except TypeError:  # tritons without return_mode
