@@ -204,7 +204,7 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
             record.kernel_sources[kernel.name] = target.kernel_source(kernel)
             bar.kernel_done()
     outputs.host_source = source
-    record.kernel_bytes = {k.name: provenance.kernel_bytes(program, k) for k in record.kernels}
+    record.kernel_bytes = provenance.kernels_bytes(program, record.kernels)
     record.language = target.language
     record.steps = [s for s in program.steps if isinstance(s, (ir.KernelCall, ir.ExternCall))]
     record.externs = [s for s in record.steps if isinstance(s, ir.ExternCall)]
