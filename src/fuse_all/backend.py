@@ -185,7 +185,8 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     target = _target_for(graph.device, opts)
     bar.set_phase("lowering and fusing")
     with outputs.timed("lower_fuse_schedule"):
-        record.layout = _choose_layout(graph, opts)
+        with ir.compile_timing.phase("layout"):   # else counted in aot_trace: it runs fake-tensor propagation
+            record.layout = _choose_layout(graph, opts)
         compiled = ir.lower(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device,
                             validate=True if opts.debug or debug_enabled() else None,   # None: FUSE_ALL_VALIDATE decides
                             choices=getattr(target, "choices", None))
