@@ -6,7 +6,7 @@ compile (`_compile.compile_inner`) and the backend's share of it (`OutputGraph.c
     dynamo      = compile_inner - call_user_compiler     (bytecode tracing, guards)
     backend     = call_user_compiler                     (for fuse_all: split further below)
     run         = first call - compile_inner             (the first launch, guards, a lazy backward compile)
-fuse_all's stages add exclusive phases (`fuse_all_ir.compile_timing`: aot_trace, lowering, fusion_schedule,
+fuse_all's stages add exclusive phases (`fuse_all_ir.compile_timing`: aot_trace, layout, lowering, fusion_schedule,
 render, host_load, cpp_load, cpp_compile, triton_compile_wait, autotune, records, graph_cache); for it
 `run+other` is the first call minus Dynamo minus those, i.e. the first launch of the host programs and
 whatever the backend does outside a named phase. `triton_compile_bg` (seconds of Triton compiles summed
@@ -30,7 +30,7 @@ import torch
 
 CHILD_TAG = "@@BENCH_CHILD "
 PROCESS_BACKENDS = ("aot_eager", "inductor", "fuse_all")
-FUSE_ALL_PHASES = ("dynamo", "aot_trace", "graph_cache", "lowering", "fusion_schedule", "render", "host_load",
+FUSE_ALL_PHASES = ("dynamo", "aot_trace", "graph_cache", "layout", "lowering", "fusion_schedule", "render", "host_load",
                    "cpp_load", "cpp_compile", "triton_compile_wait", "autotune", "records", "run+other")
 BACKGROUND_PHASES = ("triton_compile_bg",)
 _DISABLE = ("FUSE_ALL_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FORCE_DISABLE_CACHES")

@@ -24,7 +24,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 PHASES = ("lowering", "fusion_schedule", "render")
-BACKEND_PHASES = ("aot_trace", "lowering", "fusion_schedule", "render", "host_load", "cpp_load", "cpp_compile",
+BACKEND_PHASES = ("aot_trace", "layout", "lowering", "fusion_schedule", "render", "host_load", "cpp_load", "cpp_compile",
                   "records")
 
 
@@ -58,7 +58,7 @@ def backend_first_call(name: str, profile: str | None, top: int) -> None:
     own = sum(phases.get(k, 0.0) for k in BACKEND_PHASES if k not in ("aot_trace", "cpp_compile", "cpp_load"))
     print(f"{name} backend first call {total:.3f} CPU s: " +
           ", ".join(f"{k} {phases.get(k, 0.0):.3f}" for k in BACKEND_PHASES) +
-          f"; fuse_all's own (lowering+fusion_schedule+render+host_load+records) {own:.3f}; load average "
+          f"; fuse_all's own (layout+lowering+fusion_schedule+render+host_load+records) {own:.3f}; load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
 

@@ -185,7 +185,8 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     target = _target_for(graph.device, opts)
     bar.set_phase("lowering and fusing")
     with outputs.timed("lower_fuse_schedule"):
-        record.layout = _choose_layout(graph, opts)
+        with ir.compile_timing.phase("layout"):   # else counted in aot_trace: it runs fake-tensor propagation
+            record.layout = _choose_layout(graph, opts)
         compiled = ir.lower(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device,
                             validate=True if opts.debug or debug_enabled() else None,   # None: FUSE_ALL_VALIDATE decides
                             choices=getattr(target, "choices", None))
@@ -204,7 +205,7 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
             record.kernel_sources[kernel.name] = target.kernel_source(kernel)
             bar.kernel_done()
     outputs.host_source = source
-    record.kernel_bytes = {k.name: provenance.kernel_bytes(program, k) for k in record.kernels}
+    record.kernel_bytes = provenance.kernels_bytes(program, record.kernels)
     record.language = target.language
     record.steps = [s for s in program.steps if isinstance(s, (ir.KernelCall, ir.ExternCall))]
     record.externs = [s for s in record.steps if isinstance(s, ir.ExternCall)]

@@ -49,17 +49,30 @@ def kernel_bytes(program: Any, kernel: Any) -> int | None:
     """Bytes one launch of `kernel` reads and writes: each distinct buffer it takes, whole (twice for one it
     updates in place: read, then written), at the sizes the graph was compiled for (size hints for dynamic
     sizes). The denominator of achieved bandwidth; None when a size is unknown."""
-    import sympy
+    return kernels_bytes(program, [kernel])[kernel.name]
 
-    from fuse_all_ir import torch_dtype
 
+def kernels_bytes(program: Any, kernels: Iterable[Any]) -> dict[str, int | None]:
+    """`kernel_bytes` of each kernel by name, the program's buffers looked up once for all of them."""
+    specs = _buffer_specs(program)
+    hints = getattr(program, "size_hints", {})
+    numels: dict[Any, int] = {}
+    return {kernel.name: _kernel_bytes(kernel, specs, hints, numels) for kernel in kernels}
+
+
+def _buffer_specs(program: Any) -> dict[str, Any]:
     specs = {inp.name: inp.spec for inp in getattr(program, "inputs", ()) if getattr(inp, "spec", None)}
     for step in getattr(program, "steps", ()):  # ATen results are buffers no Alloc step lists
         for name, spec in zip(getattr(step, "outputs", ()), getattr(step, "out_specs", ())):
             if name and spec is not None:
                 specs[name] = spec
     specs.update(getattr(program, "buffers", {}))
-    hints = getattr(program, "size_hints", {})
+    return specs
+
+
+def _kernel_bytes(kernel: Any, specs: Mapping[str, Any], hints: Mapping, numels: dict) -> int | None:
+    from fuse_all_ir import torch_dtype
+
     total = 0
     # an output written in place of an input is read (the input's values) and written: it counts twice
     in_place = [output for output, _ in getattr(kernel, "in_place", ())]
@@ -68,13 +81,22 @@ def kernel_bytes(program: Any, kernel: Any) -> int | None:
         if spec is None:
             continue  # a constant embedded in the host program: small
         try:
-            numel = 1
-            for extent in spec.size:
-                numel *= int(sympy.sympify(extent).subs(hints))
-            total += numel * torch_dtype(spec.dtype).itemsize
+            total += _numel(tuple(spec.size), hints, numels) * torch_dtype(spec.dtype).itemsize
         except (TypeError, ValueError, KeyError, AttributeError):
             return None
     return total
+
+
+def _numel(size: tuple, hints: Mapping, numels: dict) -> int:
+    """The number of elements of `size` (symbolic extents at their hints); memoized per size."""
+    numel = numels.get(size)
+    if numel is None:
+        import sympy
+        numel = 1
+        for extent in size:
+            numel *= int(extent) if isinstance(extent, int) else int(sympy.sympify(extent).subs(hints))
+        numels[size] = numel
+    return numel
 
 
 def kernel_entries(kernels: Iterable[Any], sources: Mapping[str, str], language: str,

@@ -76,25 +76,53 @@ def test_a_warm_start_needs_no_worker(tmp_path):
     assert again["hashes"] == first["hashes"] and again["entries"] == first["entries"]
 
 
-def test_a_worker_computes_tritons_key_before_its_first_job():
-    """The worker's warm-up (run before it says "ready") leaves Triton's installation key computed, so the
-    first job does not hash libtriton.so; the parent's start_workers() does the same in a thread."""
-    code = ("from fuse_all_codegen_triton import compile_worker\n"
-            "from triton.runtime.cache import triton_key\n"
-            "assert triton_key.cache_info().currsize == 0\n"
+def test_a_worker_takes_its_parents_triton_key_instead_of_hashing_triton():
+    """A worker's warm-up imports Triton but does not hash its installation (~500 MB of libtriton.so, in each
+    of 16 workers while the parent lowers); its first job carries the parent's key, which it adopts only
+    for the same installation. (That the adopted key is the right one: the test above, where the parent
+    finds exactly the worker's cache entries.)"""
+    code = ("from fuse_all_codegen_triton import compile_worker, _triton_compat as compat\n"
+            "from triton.runtime import cache\n"
             "compile_worker._warm_up()\n"
-            "print(triton_key.cache_info().currsize)\n")
+            "assert cache.triton_key.cache_info().currsize == 0, 'the warm-up hashed Triton'\n"
+            "origin = compat.key_origin()\n"
+            "assert not compat.adopt_installation_key('x', origin)              # not this version's key\n"
+            "assert not compat.adopt_installation_key(compat.TRITON_VERSION + '-k', origin + 'elsewhere')\n"
+            "assert compat.adopt_installation_key(compat.TRITON_VERSION + '-parent', origin)\n"
+            "assert compat.installation_key() == cache.triton_key() == compat.TRITON_VERSION + '-parent'\n"
+            "print('ok')\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "1"
+    assert proc.stdout.strip() == "ok"
+
+
+def test_the_parent_computes_tritons_key_once_for_all_its_threads(monkeypatch):
+    """`installation_key` is what the key thread and every compile thread ask for: one computation (Triton's
+    lru cache alone would let each thread that asks before the first finishes hash the library again)."""
+    import threading
+    import time
+
+    from fuse_all_codegen_triton import _triton_compat
+    calls = []
+
+    def slow_key():
+        calls.append(1)
+        time.sleep(0.2)
+        return "key"
+    cached = __import__("functools").lru_cache(None)(slow_key)
+    monkeypatch.setattr(_triton_compat, "_key_function", lambda: cached)
+    threads = [threading.Thread(target=_triton_compat.installation_key) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and _triton_compat.installation_key() == "key"
 
 
 def test_a_failed_warm_up_leaves_the_worker_running(monkeypatch, capsys):
-    from fuse_all_codegen_triton import _triton_compat, compile_worker
+    from fuse_all_codegen_triton import compile_worker
 
-    def broken():
-        raise OSError("libtriton.so unreadable")
-    monkeypatch.setattr(_triton_compat, "warm_compile_key", broken)
+    monkeypatch.setitem(sys.modules, "fuse_all_codegen_triton.helpers", None)   # its import fails
     compile_worker._warm_up()          # reports, does not raise: the first job will report its own error
-    assert "warm-up failed: OSError" in capsys.readouterr().err
+    assert "warm-up failed: ModuleNotFoundError" in capsys.readouterr().err

@@ -500,3 +500,24 @@ def test_in_place_needs_a_provably_injective_index():
     assert in_place._not_injective(X0, [X0, X1], [4, 1], {}) is None                   # x1 has one value
     assert in_place._not_injective(ir.FloorDiv(X0, 2), [X0], [4], {}) is not None
     assert in_place._not_injective(s0 * X0 + X1, [X0, X1], [3, s0 + 1], {}) is not None
+
+
+def test_kernel_bytes_of_every_kernel_at_once_uses_size_hints_for_symbolic_sizes():
+    """`kernels_bytes` (the backend's per-graph call) looks the program's buffers up once and gives what
+    `kernel_bytes` gives kernel by kernel; a symbolic extent counts at its hint, an unknown one gives None."""
+    from types import SimpleNamespace
+
+    import sympy
+
+    from fuse_all import provenance
+    s0, s1 = sympy.Symbol("s0", integer=True, positive=True), sympy.Symbol("s1", integer=True, positive=True)
+    spec = lambda size: SimpleNamespace(size=size, dtype="float32")   # noqa: E731
+    program = SimpleNamespace(inputs=[SimpleNamespace(name="arg0", spec=spec((s0, 4)))], steps=[],
+                              buffers={"buf1": spec((s0, 4)), "buf2": spec((s1,)), "buf3": spec((8,))},
+                              size_hints={s0: 3})
+    kernels = [SimpleNamespace(name="k0", inputs=("arg0",), outputs=("buf1",), in_place=()),
+               SimpleNamespace(name="k1", inputs=("buf1", "buf3"), outputs=("buf3",), in_place=(("buf3", "buf3"),)),
+               SimpleNamespace(name="k2", inputs=("buf2",), outputs=("buf3",), in_place=())]
+    got = provenance.kernels_bytes(program, kernels)
+    assert got == {"k0": 2 * 12 * 4, "k1": (12 + 8 + 8) * 4, "k2": None}
+    assert got == {k.name: provenance.kernel_bytes(program, k) for k in kernels}

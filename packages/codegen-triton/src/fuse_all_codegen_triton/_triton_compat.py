@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
+import threading
 
 import triton
 import triton.language as tl
@@ -97,16 +99,60 @@ def get_target(device_index: int):
     return driver.active.get_current_target()  # pragma: no cover - HIP / XPU: untested
 
 
-def warm_compile_key() -> None:
-    """Compute Triton's key of its own installation now: every process's first `triton.compile` (a cache
-    hit included) hashes Triton's sources and its ~500 MB `libtriton.so` for it (`triton_key`, 0.3-1 s, kept
-    per process). Compile workers do it at start and the parent in a background thread, both while the graph
-    is lowered, so no compile waits for it (3.6 and 3.8: `triton.runtime.cache.triton_key`, lru-cached)."""
+def _key_function():
+    """Triton's `triton_key` (3.6 and 3.8: `triton.runtime.cache.triton_key`, lru-cached): its key of its own
+    installation, part of every compile's cache key."""
     try:
         from triton.runtime.cache import triton_key
     except ImportError:  # pragma: no cover - older layouts
         from triton.compiler.compiler import triton_key
-    triton_key()
+    return triton_key
+
+
+_KEY_LOCK = threading.Lock()
+
+
+def installation_key() -> str:
+    """Triton's key of its own installation, computed once per process: every process's first
+    `triton.compile` (a cache hit included) hashes Triton's sources and its ~500 MB `libtriton.so` for it
+    (0.3-1 s). The parent starts it in a background thread while the graph is lowered; the compile threads
+    that ask before it is done wait for that one computation (`triton_key`'s lru cache has no lock, so each
+    of them would hash the library again) and pass it to the compile workers (`adopt_installation_key`)."""
+    with _KEY_LOCK:
+        return _key_function()()
+
+
+def warm_compile_key() -> None:
+    installation_key()
+
+
+def key_origin() -> str:
+    """What identifies the installation a key was computed for: a worker adopts its parent's key only for
+    the same Triton (same files: the worker runs the parent's interpreter with the parent's import path)."""
+    function = _key_function()
+    return f"{triton.__version__}:{os.path.abspath(triton.__file__)}:{function.__module__}.{function.__qualname__}"
+
+
+def adopt_installation_key(key: str, origin: str) -> bool:
+    """In a compile worker: use the parent's `installation_key` instead of hashing Triton's installation
+    again (16 workers x 500 MB read and hashed while the parent lowers its graph). Only when `origin`
+    matches this process's Triton, and only where Triton reads the key function (module attributes that are
+    that function); anything else keeps computing its own key, as before. Returns whether it was adopted."""
+    if origin != key_origin() or not key.startswith(triton.__version__):
+        return False
+    original = _key_function()
+
+    @functools.lru_cache(None)
+    def triton_key() -> str:
+        return key
+
+    adopted = False
+    for name in ("triton.runtime.cache", "triton.compiler.compiler", "triton.runtime.autotuner"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "triton_key", None) is original:
+            module.triton_key = triton_key
+            adopted = True
+    return adopted
 
 
 @functools.lru_cache(None)

@@ -59,6 +59,9 @@ def module_text(raw_source: str, start_line: int) -> str:
 
 # ---- the worker process ----------------------------------------------------------------------------------
 
+_KEY_ADOPTED = False
+
+
 def _compile_job(job: dict, folder: str, modules: dict) -> str:
     import importlib.util
 
@@ -66,6 +69,10 @@ def _compile_job(job: dict, folder: str, modules: dict) -> str:
 
     from . import _triton_compat as compat
     compat._set_triton_cache_dir(job["cache_dir"])
+    global _KEY_ADOPTED
+    if not _KEY_ADOPTED and "triton_key" in job:
+        _KEY_ADOPTED = True     # tried once: where it is refused, Triton computes its own key, as before
+        compat.adopt_installation_key(job["triton_key"], job["triton_key_origin"])
     text = module_text(job["raw_source"], job["start_line"])
     module = modules.get(text)
     if module is None:
@@ -86,13 +93,12 @@ def _compile_job(job: dict, folder: str, modules: dict) -> str:
 
 def _warm_up() -> None:
     """What every first compile needs, done at start (the parent starts workers before it lowers the graph,
-    so this runs while it does): Triton's imports, the kernels' header imports and Triton's key of its own
-    installation (`_triton_compat.warm_compile_key`), else paid by the first job of each worker. A failure
-    here is left for that job to report."""
+    so this runs while it does): Triton's imports and the kernels' header imports, else paid by the first
+    job of each worker. Triton's key of its own installation is not computed here: each job carries the
+    parent's (`_triton_compat.adopt_installation_key`). A failure here is left for that job to report."""
     try:
-        from . import _triton_compat as compat
+        from . import _triton_compat  # noqa: F401 - imports Triton
         from . import helpers  # noqa: F401 - the header of every kernel module imports it
-        compat.warm_compile_key()
     except Exception as error:  # noqa: BLE001
         print(f"fuse-all compile worker: warm-up failed: {type(error).__name__}: {error}", file=sys.stderr)
 
@@ -184,6 +190,8 @@ class WorkerPool:
         marker = _marker(job)
         if marker is not None and marker.exists():
             return True
+        from . import _triton_compat as compat
+        job["triton_key"], job["triton_key_origin"] = compat.installation_key(), compat.key_origin()
         if not self._workers:
             self.start()
         if self.broken is not None or not self._workers:

@@ -89,6 +89,7 @@ def compile_only(fn, spec: dict, key: VariantKey, device_index: int | None = Non
     args = (fn, signature(fn, spec, key.int64), constexpr_values(fn, config), divisible_params(spec, key),
             config["num_warps"], config.get("num_stages", 1))
     fp_fusion = spec.get("fp_fusion", True)
+    compat.installation_key()   # once per process, shared with the workers (their jobs carry it)
     pool = worker_pool()
     if pool is not None:
         pool.compile(*args, target or compat.get_target(device_index), compat.cache_dir(), fp_fusion)
@@ -126,8 +127,9 @@ _KEY_WARMED = threading.Event()
 
 def start_workers() -> None:
     """Start the worker processes early (they import Triton while the graph is lowered and rendered), and
-    compute Triton's installation key for this process's own `triton.compile` calls in the background
-    (`_triton_compat.warm_compile_key`: hashing `libtriton.so` releases the GIL)."""
+    compute Triton's installation key in the background (`_triton_compat.installation_key`: hashing
+    `libtriton.so` releases the GIL), for this process's own `triton.compile` calls and for the workers,
+    which take it from their jobs instead of hashing the library each."""
     pool = worker_pool()
     if pool is not None:
         threading.Thread(target=pool.start, name="fuse-all-start-compile-workers", daemon=True).start()

@@ -14,6 +14,7 @@ into its record (`CompiledGraph.phases_s`).
 Phase names used by the stages (in the order a first call meets them):
     aot_trace          AOTAutograd tracing inside the backend (Dynamo's own tracing comes before)
     graph_cache        looking the whole compiled graph up / storing it (warm start)
+    layout             the channels-last decision and rewrite (`layout.py`: fake-tensor propagation)
     lowering           ATen graph -> IR nodes
     fusion_schedule    fusion, kernel building, scheduling (and validation when on)
     render             kernel sources and the host program
