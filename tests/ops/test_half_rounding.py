@@ -47,3 +47,44 @@ def test_a_fused_chain_of_half_ops_equals_eager_bit_for_bit(codegen, dtype):
     x, y = make((4096,), dtype, low=-4, high=4), make((4096,), dtype, low=-4, high=4)
     for actual, expected in zip(compile_fn(fn, codegen)(x, y), fn(x, y)):
         assert torch.equal(actual, expected), (actual != expected).sum()
+
+
+def _all_bit_patterns(dtype) -> torch.Tensor:
+    return torch.arange(65536, dtype=torch.int32).to(torch.uint16).view(dtype)
+
+
+def _same_or_both_nan(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Equal values with equal signs (-0.0 is not 0.0), or NaN on both sides (NaN payloads after arithmetic
+    follow operand order, which a fused kernel need not share with eager's)."""
+    return ((actual == expected) & (actual.signbit() == expected.signbit())) | (actual.isnan() & expected.isnan())
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_every_bit_pattern_loads_and_stores_as_torch(codegen, dtype):
+    """All 65536 float16/bfloat16 values (subnormals, infs, NaNs with payloads) read into float32 bit for
+    bit (NaNs quieted with their payload, as torch's conversion does), written back unchanged by a copy of
+    a rounded-to-its-own-dtype value, and through ops whose results round (x * y + x: products of two
+    halves and their sums hit float16's halfway cases; x * 0.5 is inexact only among subnormals)."""
+    def fn(x, y):
+        return x.float(), x.abs(), x * y + x, (x * 0.5).to(torch.float32) + 1
+    x = _all_bit_patterns(dtype)
+    y = x[torch.randperm(65536)]
+    actual, expected = compile_fn(fn, codegen)(x, y), fn(x, y)
+    assert torch.equal(actual[0].view(torch.int32), expected[0].view(torch.int32))
+    for a, e in zip(actual[1:], expected[1:]):
+        same = _same_or_both_nan(a, e)
+        assert bool(same.all()), (x[~same][:8], a[~same][:8], e[~same][:8])
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_float32_stores_into_float16_and_bfloat16_bit_for_bit(codegen):
+    """The store conversion itself (no arithmetic after it): every float16 value, the midpoints (ties to
+    even) and their neighbours, 65504/65519.99/65520, subnormals, inf and NaN, compared as bits."""
+    def fn(x):
+        return x.half(), x.bfloat16()
+    x = _float16_boundaries()
+    actual, expected = compile_fn(fn, codegen)(x), fn(x)
+    assert torch.equal(actual[0].view(torch.int16), expected[0].view(torch.int16))
+    same = _same_or_both_nan(actual[1], expected[1])
+    assert bool(same.all()), (x[~same][:8], actual[1][~same][:8], expected[1][~same][:8])
