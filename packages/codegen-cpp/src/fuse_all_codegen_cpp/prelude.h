@@ -8,35 +8,29 @@
 // @MATH_DECLARATIONS@
 
 // ---- float16 / bfloat16: stored as uint16_t, computed in float ----------------------------------------
-// Branch-free bit conversions that GCC vectorises (`_Float16` conversions stay scalar in GCC 12: no F16C
-// `vcvtph2ps`/`vcvtps2ph` from `omp simd` loops). All round to nearest even, keep inf and make NaN quiet,
-// bit-identical to torch's conversions (tests/codegen_cpp/test_half_round.py checks every input against
-// the FP16 library's formulas that torch uses). Cost per 16 lanes (AVX-512): fa_h2f 7 vector ops,
-// fa_f2h 13 plus the pack, fa_round_h 8, fa_round_b 6.
+// Branch-free bit conversions (after the FP16 library): GCC vectorises them, while `_Float16` conversions
+// stay scalar in GCC 12 (no F16C `vcvtph2ps`/`vcvtps2ph` from `omp simd` loops). All round to nearest even,
+// keep inf and make NaN quiet, bit-identical to torch (tests/codegen_cpp/test_half_round.py: every input).
+// No float arithmetic here sees or makes a subnormal float: on AMD Zen 4 a vector op on one costs ~3x (a
+// float16 load as `(h & 0x7FFF) << 13` times 2^112, 4 ops fewer, made a chain over data with 1/16
+// float16 subnormals 1.4x slower), and float16 subnormals are common (softmax outputs).
 static inline float fa_bits_f(uint32_t u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
 static inline uint32_t fa_f_bits(float f) { uint32_t u; __builtin_memcpy(&u, &f, 4); return u; }
-// float16 bits -> float. The sign-extending load puts h's sign at bit 31; its exponent and mantissa moved
-// to a float's place, times 2^112, is exact for normal and subnormal numbers; exponent 31 (inf/NaN) first
-// gets all of a float's exponent bits (the multiplication keeps inf and quiets NaN, keeping its payload).
 static inline float fa_h2f(uint16_t h) {
-  const uint32_t w = (uint32_t)(int32_t)(int16_t)h;
-  const uint32_t em = (w << 17) >> 4;
-  const float magnitude = fa_bits_f(em >= 0x0F800000u ? em | 0x70000000u : em) * 0x1.0p+112f;
-  return fa_bits_f(fa_f_bits(magnitude) | (w & 0x80000000u));
+  const uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, two_w = w + w;
+  const float norm = fa_bits_f((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  const float denorm = fa_bits_f((two_w >> 17) | (126u << 23)) - 0.5f;
+  return fa_bits_f(sign | (two_w < (1u << 27) ? fa_f_bits(denorm) : fa_f_bits(norm)));
 }
-// |x| rounded at the float16 ulp of its binade (see fa_round_h), times 2^-112: then a float whose bits
-// shifted right by 13 are the float16's (normal: exponent rebiased; subnormal: a float subnormal with the
-// float16 mantissa at bit 13). Overflow needs no test: from 65520 on (also where `shift` wraps for huge
-// binades: then a tiny number) the rounded value is at least 2^16, whose bits reach 0x7C00 (inf).
-static inline uint16_t fa_f2h(float x) {
-  const float ax = __builtin_fabsf(x);
-  uint32_t binade = fa_f_bits(ax) & 0x7F800000u;
-  binade = binade < 0x38800000u ? 0x38800000u : binade;
-  const float shift = fa_bits_f(binade + (13u << 23));
-  uint32_t h = fa_f_bits(((ax + shift) - shift) * 0x1.0p-112f) >> 13;
-  h = h < 0x7C00u ? h : 0x7C00u;
-  h = x != x ? 0x7E00u : h;
-  return (uint16_t)(h | ((fa_f_bits(x) >> 16) & 0x8000u));
+static inline uint16_t fa_f2h(float f) {
+  float base = (__builtin_fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
+  const uint32_t w = fa_f_bits(f), shl1_w = w + w, sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xFF000000u;
+  bias = bias < 0x71000000u ? 0x71000000u : bias;
+  base = fa_bits_f((bias >> 1) + 0x07800000u) + base;
+  const uint32_t bits = fa_f_bits(base);
+  const uint32_t nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
+  return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
 }
 static inline float fa_b2f(uint16_t h) { return fa_bits_f((uint32_t)h << 16); }
 static inline uint16_t fa_f2b(float f) {
