@@ -64,3 +64,18 @@ def test_values_the_same_for_every_reduction_index_are_not_reused():
     """A row's first element (the two-pass variance's shift) is computed once before each loop (hoist.py):
     a scratch array of it would only add a store and a load, and keep it inside the loop."""
     assert plan_reuse(_softmax_of_prefix("float16", index=xvar(0) * 1024)) == {}
+
+
+def test_a_bfloat16_sum_of_two_loads_rounded_is_read_back():
+    """add + LayerNorm's prefix in bfloat16: two loads and one rounding (8 vector ops) per phase."""
+    cols, index = 768, xvar(0) * 768 + rvar(0)
+
+    def prefix(tag):
+        return [Load(f"{tag}x", "arg0", index, "bfloat16"), Load(f"{tag}y", "arg1", index, "bfloat16"),
+                Compute(f"{tag}s", "add", (f"{tag}x", f"{tag}y"), "bfloat16"),
+                Compute(f"{tag}r", "cast", (f"{tag}s",), "bfloat16")]
+    kernel = Kernel("kernel_0", (sympy.Integer(64),), (sympy.Integer(cols),), [
+        Loop(True, prefix("p") + [Reduce("sm", "sum", "pr", "float32")]),
+        Loop(True, prefix("q") + [Compute("qd", "sub", ("qr", "sm"), "float32"), Store("buf0", index, "qd")]),
+    ], ("arg0", "arg1"), ("buf0",), ())
+    assert {later: earlier for later, (_, earlier) in plan_reuse(kernel).items()} == {"qr": "pr"}
