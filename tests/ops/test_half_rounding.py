@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import fuse_all
-from fuse_all_optest import BOTH, compile_fn, make
+from fuse_all_optest import BOTH, check, compile_fn, make
 
 
 def _float16_boundaries() -> torch.Tensor:
@@ -82,3 +82,60 @@ def test_kernels_that_round_to_half_compile_without_fma_contraction(tmp_path):
         else:
             assert not kernel["fp_fusion"] and kernel["half_fma"] == [], (dtype, kernel)
             assert kernel["half_fma_if_fused"], (dtype, "the control: with contraction on, the probe sees it")
+
+
+def _all_bit_patterns(dtype) -> torch.Tensor:
+    return torch.arange(65536, dtype=torch.int32).to(torch.uint16).view(dtype)
+
+
+def _same_or_both_nan(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Equal values with equal signs (-0.0 is not 0.0), or NaN on both sides (NaN payloads after arithmetic
+    follow operand order, which a fused kernel need not share with eager's)."""
+    return ((actual == expected) & (actual.signbit() == expected.signbit())) | (actual.isnan() & expected.isnan())
+
+
+# C++ only: Triton's CPU interpreter (numpy) keeps a float16 signalling NaN signalling on `.float()` and
+# reads bfloat16 subnormals wrongly (0x0001 -> 0.0, 0x0003 -> 0x00400000): the interpreter's conversions,
+# not the GPU's
+@pytest.mark.parametrize("codegen", ["cpp"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_every_bit_pattern_loads_and_stores_as_torch(codegen, dtype):
+    """All 65536 float16/bfloat16 values (subnormals, infs, NaNs with payloads) read into float32 bit for
+    bit (NaNs quieted with their payload, as torch's conversion does), written back unchanged by a copy of
+    a rounded-to-its-own-dtype value, and through ops whose results round (x * y + x: products of two
+    halves and their sums hit float16's halfway cases; x * 0.5 is inexact only among subnormals)."""
+    def fn(x, y):
+        return x.float(), x.abs(), x * y + x, (x * 0.5).to(torch.float32) + 1
+    x = _all_bit_patterns(dtype)
+    y = x[torch.randperm(65536)]
+    actual, expected = compile_fn(fn, codegen)(x, y), fn(x, y)
+    assert torch.equal(actual[0].view(torch.int32), expected[0].view(torch.int32))
+    for a, e in zip(actual[1:], expected[1:]):
+        same = _same_or_both_nan(a, e)
+        assert bool(same.all()), (x[~same][:8], a[~same][:8], e[~same][:8])
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_float32_stores_into_float16_and_bfloat16_bit_for_bit(codegen):
+    """The store conversion itself (no arithmetic after it): every float16 value, the midpoints (ties to
+    even) and their neighbours, 65504/65519.99/65520, subnormals, inf and NaN, compared as bits."""
+    def fn(x):
+        return x.half(), x.bfloat16()
+    x = _float16_boundaries()
+    actual, expected = compile_fn(fn, codegen)(x), fn(x)
+    assert torch.equal(actual[0].view(torch.int16), expected[0].view(torch.int16))
+    same = _same_or_both_nan(actual[1], expected[1])
+    assert bool(same.all()), (x[~same][:8], actual[1][~same][:8], expected[1][~same][:8])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reduction_phases_reading_a_rounded_prefix_back_match_eager(dtype):
+    """softmax(x * 0.5 + 1) and gelu(layer_norm(x + y)): the later phases read the rounded prefix from
+    scratch (codegen-cpp reuse.py); rows of odd length leave a vector remainder."""
+    ln = torch.nn.LayerNorm(771, dtype=dtype)
+    with torch.no_grad():
+        ln.weight.copy_(make((771,), dtype, low=0.5, high=1.5))
+        ln.bias.copy_(make((771,), dtype))
+    x, y = make((37, 771), dtype), make((37, 771), dtype)
+    check(lambda x: torch.softmax(x * 0.5 + 1, dim=-1), x)
+    check(lambda x, y: torch.nn.functional.gelu(ln(x + y)), x, y)
