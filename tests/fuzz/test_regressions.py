@@ -549,3 +549,20 @@ def test_logical_ops_of_a_comparison_of_broadcast_scalars(codegen, op):
         return op(a != c, x >= a), op(x >= a, a != c), op(a != c, a > c)
     a, c = torch.tensor(0.5, dtype=torch.float16), torch.tensor(0.25, dtype=torch.float16)
     _run_calls(fn, [[a, c, torch.randn(8)], [c, c, torch.randn(8)]], codegen)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_float16_logsumexp_over_more_rows_than_float16_can_count_is_finite(codegen):
+    """logsumexp of 65537 equal float16 rows: eager sums the exps into a float16 tensor (65537 > 65504, so
+    inf) and returns inf; the graph PyTorch traces for it (its decomposition) sums in float32 and casts the
+    result once, as Inductor does: x + log(65537), finite. fuse_all computes that graph, which is the float64
+    result rounded to float16; the oracle accepts it where eager overflowed (fuzzcheck.compare_float).
+    Fuzz: seed 114 index 83 (cpp, dynamic shapes)."""
+    def fn(a):
+        return (torch.logsumexp(a, 0), torch.logsumexp(a * 0.5, 0, keepdim=True))
+    a = (torch.rand(3, 1, dtype=torch.float16) * 4 - 2).expand(3, 65537).t()
+    assert fn(a)[0].isinf().all()     # eager's own overflow
+    got = compile_fn(fn, codegen)(a)
+    for g_, want in zip(got, fn(a.double())):
+        assert g_.dtype == torch.float16 and g_.isfinite().all(), g_
+        torch.testing.assert_close(g_.double(), want.half().double(), rtol=1e-3, atol=0)
