@@ -566,3 +566,25 @@ def test_float16_logsumexp_over_more_rows_than_float16_can_count_is_finite(codeg
     for g_, want in zip(got, fn(a.double())):
         assert g_.dtype == torch.float16 and g_.isfinite().all(), g_
         torch.testing.assert_close(g_.double(), want.half().double(), rtol=1e-3, atol=0)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+@pytest.mark.parametrize("case", ["to_end", "step", "negative_end", "padded_view_of_strided"])
+def test_a_negative_slice_start_beyond_a_symbolic_size_is_clamped_to_zero(codegen, case):
+    """`x[..., -5:]` of a dim that became dynamic and is 4 on a later call (the graph traced for sizes < 5
+    has the slice's size s1): the start was lowered as s1 - 5, unclamped, so the slice began one element
+    before the row (wrong values, a read before the buffer for the first row). Fuzz: seed 120 index 838
+    (triton and cpp: `F.pad(a0.flatten(0, 1)[..., -5:], [1, 0, 1, 5])` of a permuted, sliced float16 a0)."""
+    slicer = {"to_end": lambda a: a[..., -5:], "step": lambda a: a[..., -5::2], "negative_end": lambda a: a[..., -7:-1],
+              "padded_view_of_strided": lambda a: torch.nn.functional.pad(a.flatten(0, 1)[..., -5:], [1, 0, 1, 5])}[case]
+
+    def fn(a):
+        return (slicer(a) * 2, slicer(a))
+    strided = case == "padded_view_of_strided"
+
+    def inputs(shape):
+        if strided:   # a permuted input with a step, as the fuzz program's a0
+            return [torch.randn(shape[2] * 3, shape[1], shape[0]).permute(2, 1, 0)[:, :, ::3]]
+        return [torch.randn(shape)]
+    shapes = [(3, 33, 5), (2, 32, 6), (8, 34, 4), (4, 31, 2)] if strided else [(3, 5), (2, 6), (8, 4), (5, 2)]
+    _automatic_dynamic(fn, shapes, codegen, inputs)
