@@ -249,6 +249,9 @@ class Generator(PointwiseOps, ShapeOps):
         broadcast_view = self.broadcast_view_output()   # after it: adds a value that it would draw from
         if broadcast_view is not None:
             outs.append(broadcast_view)
+        clamped_slice = self.clamped_slice_output()   # after both, for the same reason
+        if clamped_slice is not None:
+            outs.append(clamped_slice)
         return Program(self.seed, self.index, self.inputs, self.lines, [o.name for o in outs],
                        dynamic=self.dynamic, train=self.train, tags=self.tags,
                        exact_names={v.name for v in self.vals if v.exact})

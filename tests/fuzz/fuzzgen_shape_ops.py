@@ -151,6 +151,33 @@ class ShapeOps:
                               self.lines.pop())
         return out
 
+    CLAMPED_SLICE_FRAC = 0.3   # of the dynamic programs
+
+    def clamped_slice_output(self):
+        """One more output in some dynamic programs: a slice of a value along a dim whose size changes
+        between the calls, with a bound k between its smallest and largest size, so torch clamps it on some
+        calls and not on others (`v[:, -k:]` is the whole dim while the dim is < k): the lowering must
+        clamp a bound of a symbolic size (seed 120 index 838: the start of `[..., -5:]` was s - 5 on a
+        call of size 4). A random stream of its own, as shifted_read_output."""
+        r = random.Random(f"fuse-all-fuzz-clamped-slice:{self.seed}:{self.index}")
+        if not self.dynamic or self.huge or r.random() >= self.CLAMPED_SLICE_FRAC:
+            return None
+        varying = [(v, d) for v in self.vals for d in range(v.ndim)
+                   if len({m.shape[d] for m in v.metas}) > 1 and min(m.shape[d] for m in v.metas) >= 1]
+        if not varying:
+            return None
+        v, d = r.choice(varying)
+        sizes = [m.shape[d] for m in v.metas]
+        k = r.randint(min(sizes) + 1, max(sizes))
+        idx = ":, " * d
+        piece = r.choice((f"-{k}:", f"-{k}::2", f"-{k}:-1", f"{k}:", f":-{k}", f"-{k}:{k}"))
+        expr = f"{v.name}[{idx}{piece}]"
+        if v.dtype == torch.bool or r.random() < 0.3:
+            return self.emit(expr, v.lo, v.hi, v.exact, "clamped_slice")
+        if r.random() < 0.5:
+            return self.emit(f"({expr} * 2)", 2 * v.lo, 2 * v.hi, v.exact, "clamped_slice")
+        return self.emit(f"F.pad({expr}, [1, 2], value=0.0)", min(v.lo, 0), max(v.hi, 0), v.exact, "clamped_slice")
+
     @staticmethod
     def _cat_ok(x, y, d):
         return all(a == b for i, (a, b) in enumerate(zip(x.shape, y.shape)) if i != d)

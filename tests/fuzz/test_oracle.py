@@ -106,6 +106,37 @@ def test_nan_is_caught():
     assert _kinds(FLOAT_PROG, _damaging_backend(nan_first)) == ["nonfinite"]
 
 
+def _judge_where_eager_overflowed(actual):
+    """fuse_all's, eager's and the float64 result of float16 logsumexp over 65537 equal rows (fuzz seed 114
+    index 83): eager's float16 sum of the exps overflowed, the float64 result fits float16."""
+    ref = torch.tensor([11.5, -3.25, 0.5], dtype=torch.float64)
+    eager = torch.tensor([float("inf"), float("inf"), 0.5], dtype=torch.float16)
+    return fuzzcheck.compare_float(actual, eager, ref, "out")
+
+
+def test_a_finite_result_where_eager_overflowed_is_accepted():
+    assert _judge_where_eager_overflowed(torch.tensor([11.5, -3.25, 0.5], dtype=torch.float16)) is None
+    assert _judge_where_eager_overflowed(torch.tensor([float("inf"), float("inf"), 0.5], dtype=torch.float16)) is None
+
+
+@pytest.mark.parametrize("actual,kind", [([11.5 * 1.01, -3.25, 0.5], "value"),       # finite but wrong
+                                         ([11.5, float("nan"), 0.5], "nonfinite"),   # NaN instead
+                                         ([11.5, -3.25, float("inf")], "nonfinite"),  # inf where eager is finite
+                                         ([11.5, float("-inf"), 0.5], "nonfinite")],  # the other inf
+                         ids=["wrong", "nan", "inf", "neg_inf"])
+def test_a_wrong_result_where_eager_overflowed_is_caught(actual, kind):
+    found = _judge_where_eager_overflowed(torch.tensor(actual, dtype=torch.float16))
+    assert found is not None and found[0] == kind, found
+
+
+def test_eager_overflow_is_only_where_the_float64_result_fits_the_dtype():
+    """Where the float64 result itself rounds to inf in the output's dtype, eager's inf is the answer."""
+    ref = torch.tensor([70000.0, 1.0], dtype=torch.float64)
+    eager = torch.tensor([float("inf"), 1.0], dtype=torch.float16)
+    found = fuzzcheck.compare_float(torch.tensor([65504.0, 1.0], dtype=torch.float16), eager, ref, "out")
+    assert found is not None and found[0] == "nonfinite"
+
+
 def test_wrong_gradient_is_caught():
     prog = _program([("v0", "torch.sin(a0) * 3")], ["v0"], [("a0", (4, 6), torch.float32, -1.0, 1.0)])
     prog.inputs[0].requires_grad = True

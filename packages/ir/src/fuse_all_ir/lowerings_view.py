@@ -210,8 +210,8 @@ def _clamp_index(v, n):
             return sympy.Integer(max(0, min(v, n)))
         if v >= 2 ** 62:
             return n
-        if v < 0:
-            return n + v
+        if v < 0:   # `x[..., -5:]` of a size that may be 4: torch clamps the start to 0
+            return sympy.Max(n + v, 0)
         return sympy.Min(sympy.Integer(v), n)
     return v
 
@@ -247,7 +247,12 @@ def _slice(g, x, dim=0, start=None, end=None, step=1):
         # torch resolved the clamp of a symbolic size by a guard: take its plain length over our Min/Max
         # (a size that is 1 must read as 1, to broadcast and squeeze)
         d = _dim(dim, x.ndim)
-        size = tuple(sym(traced.shape[d]) if i == d else n for i, n in enumerate(out.size))
+        length = sym(traced.shape[d])
+        size = tuple(length if i == d else n for i, n in enumerate(out.size))
+        if step == 1 and _clamp_index(end if end is not None else 2 ** 63 - 1, x.size[d]) == x.size[d]:
+            # a slice to the end starts `length` before it: the guard torch took settles the clamped start
+            # (Max(s - 5, 0) is s - 5 or 0), so indices and the view's offset stay plain
+            return slice_value(x, d, x.size[d] - length, x.size[d], clamp=False)
         view = View(out.view.buffer, size, out.view.stride, out.view.offset) if out.view is not None else None
         out = Value(size, out.dtype, out.loader, view, out.origin)
     return out
