@@ -590,12 +590,12 @@ def test_a_negative_slice_start_beyond_a_symbolic_size_is_clamped_to_zero(codege
     _automatic_dynamic(fn, shapes, codegen, inputs)
 
 
-@pytest.mark.xfail(strict=True, reason="open: a broadcast view output that another output views again comes back a copy")
 @pytest.mark.parametrize("codegen", BOTH)
 def test_a_broadcast_view_output_also_squeezed_into_another_output_stays_a_view(codegen):
     """`v7 = v6.unsqueeze(3).expand(-1, -1, -1, 3, -1)` returned together with `v7.squeeze()`: the squeezed
     output is a stride-0 view as in eager, but v7 itself came back a contiguous copy (strides (2112, 192,
-    192, 64, 1), eager (704, 64, 64, 0, 1)); returned alone it is a view. Fuzz: seed 122 index 664 (cpp)."""
+    192, 64, 1), eager (704, 64, 64, 0, 1)): the first output's view chain realized the shared base, and the
+    second took the realized base for a view of something else. Fuzz: seed 122 index 664 (cpp)."""
     def fn(a, b):
         v7 = torch.hypot(a.sin(), b).unsqueeze(3).expand(-1, -1, -1, 3, -1)
         return v7.squeeze(), v7

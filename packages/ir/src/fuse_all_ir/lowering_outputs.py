@@ -17,6 +17,7 @@ import torch
 import torch.fx
 
 from .nodes import Value
+from .vocabulary import NodeKind
 from .program import BufferRef, TensorSpec
 
 
@@ -47,7 +48,7 @@ def view_of_realized_source(g, node: torch.fx.Node, stride) -> BufferRef | None:
         return g.as_ref(lowered)   # a view of a buffer already, apart from strides of size-1 dims
     base, chain = _view_chain(node)
     source = g.env.get(base.name)
-    if not chain or not isinstance(source, Value) or source.view is not None:
+    if not chain or not isinstance(source, Value) or not (source.view is None or _realized_here(g, source)):
         return None
     from .lowering import LOWERINGS, Unsupported, _meta_stride   # lowering imports this module
     g.realize(source, _meta_stride(base))
@@ -68,6 +69,15 @@ def view_of_realized_source(g, node: torch.fx.Node, stride) -> BufferRef | None:
     if not isinstance(value, Value) or value.view is None or not _same_strides(value.view, stride):
         return None
     return g.as_ref(value)
+
+
+def _realized_here(g, source) -> bool:
+    """`source` is a whole buffer this graph computes: realized by an earlier output's view chain
+    (`v.squeeze(), v` with `v` a broadcast view: the second output found its base realized by the first's,
+    took that for a view of something else and came back a copy, fuzz seed 122 index 664)."""
+    node = g.nodes.get(source.view.buffer)
+    return (node is not None and node.kind != NodeKind.INPUT and tuple(source.view.size) == tuple(node.spec.size)
+            and tuple(source.view.stride) == tuple(node.spec.stride) and source.view.offset == node.spec.offset)
 
 
 def _same_strides(view, stride) -> bool:
