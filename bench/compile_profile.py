@@ -125,18 +125,22 @@ def _fuse_schedule(lowered, choices):
 
 
 def _dump(dump_dir: str, graph, program, host: str, sources: dict[str, str]) -> None:
-    """One folder per graph, named by its kind; the graph id and the checkout's path (which differ between
-    two checkouts of the same code) are spelled GRAPH and REPO, so `diff -r` shows only real changes."""
-    folder = os.path.join(dump_dir, graph.kind)
-    os.makedirs(folder, exist_ok=True)
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """One folder per graph, named by its kind (see write_dump)."""
+    write_dump(os.path.join(dump_dir, graph.kind), graph.graph_id, {
+        "host.py": host,
+        "kernels.txt": "".join(f"#### {name}\n{source}\n" for name, source in sources.items()),
+        "report.txt": f"{program.report}\n{len(program.kernels)} kernels\n"})
 
-    def write(name: str, text: str) -> None:
+
+def write_dump(folder: str, graph_id: str, files: dict[str, str], repo: str | None = None) -> None:
+    """Write `files` ({name: text}) into `folder`; the graph id and the checkout's path `repo` (default: this
+    script's; they differ between two checkouts of the same code) are spelled GRAPH and REPO, so `diff -r`
+    shows only real changes."""
+    os.makedirs(folder, exist_ok=True)
+    repo = repo or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name, text in files.items():
         with open(os.path.join(folder, name), "w") as f:
-            f.write(text.replace(graph.graph_id, "GRAPH").replace(repo, "REPO"))
-    write("host.py", host)
-    write("kernels.txt", "".join(f"#### {name}\n{source}\n" for name, source in sources.items()))
-    write("report.txt", f"{program.report}\n{len(program.kernels)} kernels\n")
+            f.write(text.replace(graph_id, "GRAPH").replace(repo, "REPO"))
 
 
 def main(argv=None) -> int:

@@ -125,15 +125,13 @@ def output_strides(gm) -> dict:
 
 
 def dump(folder: str, graph, layout, program, host: str, sources: dict, repo: str) -> None:
-    os.makedirs(folder, exist_ok=True)
-
-    def write(name: str, text: str) -> None:
-        with open(os.path.join(folder, name), "w") as f:
-            f.write(text.replace(graph.graph_id, "GRAPH").replace(repo, "REPO"))
-    write("host.py", host)
-    write("kernels.txt", "".join(f"#### {name}\n{source}\n" for name, source in sources.items()))
-    write("report.txt", f"layout: {layout}\n{program.report}\n{len(program.kernels)} kernels\n")
-    write("graph.txt", "\n".join(f"{n.name} {n.target} {_describe(n)}" for n in graph.graph_module.graph.nodes))
+    from compile_profile import write_dump
+    write_dump(folder, graph.graph_id, {
+        "host.py": host,
+        "kernels.txt": "".join(f"#### {name}\n{source}\n" for name, source in sources.items()),
+        "report.txt": f"layout: {layout}\n{program.report}\n{len(program.kernels)} kernels\n",
+        "graph.txt": "\n".join(f"{n.name} {n.target} {_describe(n)}" for n in graph.graph_module.graph.nodes)},
+        repo)
 
 
 def _describe(node) -> str:
