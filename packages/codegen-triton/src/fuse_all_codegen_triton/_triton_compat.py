@@ -122,10 +122,6 @@ def installation_key() -> str:
         return _key_function()()
 
 
-def warm_compile_key() -> None:
-    installation_key()
-
-
 def key_origin() -> str:
     """What identifies the installation a key was computed for: a worker adopts its parent's key only for
     the same Triton (same files: the worker runs the parent's interpreter with the parent's import path)."""
@@ -167,7 +163,7 @@ def compile_kernel(fn, signature: dict, constexprs: dict, divisible: tuple[int, 
     given constexpr values ({param: value}). Parameters whose index is in `divisible` are promised to be
     multiples of 16 (pointers: 16-byte aligned): what lets Triton vectorise loads and masks. Returns a
     CompiledKernel (not yet loaded). `target` (a GPUTarget) allows compiling without a GPU. `fp_fusion=False`
-    forbids contracting a multiply and an add into one FMA (see render.exact_half_rounding)."""
+    forbids contracting a multiply and an add into one FMA (see render.rounds_to_half)."""
     from triton.compiler import ASTSource
     target = target or get_target(device_index)
     backend = _backend(target)
@@ -417,5 +413,5 @@ def pointer_type(dtype: str) -> str:
 __all__ = ["tl", "libdevice", "interpret_mode", "compile_kernel", "load_compiled", "launch_hooks",
            "launcher_param_count", "launcher_library", "guard_launcher_loads",
            "stream_getter", "current_device_getter", "cache_dir", "secure_cache_dir", "warm_driver",
-           "warm_compile_key",
+           "installation_key",
            "TRITON_VERSION"]

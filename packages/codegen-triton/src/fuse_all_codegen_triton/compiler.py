@@ -68,7 +68,7 @@ def signature(fn, spec: dict, int64: bool) -> dict:
     sig = dict(zip(names[:n_ptr], spec["pointers"]))
     size_type = "i64" if int64 else spec["size_type"]
     sig.update({name: size_type for name in names[n_ptr:n_ptr + n_sizes]})
-    sig.update({name: "constexpr" for name in names[n_ptr + len(spec["sizes"]):]})
+    sig.update({name: "constexpr" for name in names[n_ptr + n_sizes:]})
     return sig
 
 
@@ -140,7 +140,7 @@ def start_workers() -> None:
 
 def _warm_compile_key() -> None:
     try:
-        compat.warm_compile_key()
+        compat.installation_key()
     except Exception as error:  # noqa: BLE001 - only a head start: the first compile computes it again
         import logging
         logging.getLogger("fuse_all").debug("fuse-all: Triton key not computed ahead: %s", error)

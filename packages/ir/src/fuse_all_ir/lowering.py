@@ -137,14 +137,20 @@ class GraphLowering:
         return f"{prefix}{self._counter}"
 
     # -- realization
+    def whole_buffer(self, value: Value) -> str | None:
+        """The buffer `value` is exactly (all of it, as laid out), or None."""
+        v = value.view
+        node = self.nodes.get(v.buffer) if v is not None else None
+        if (node is not None and tuple(v.size) == tuple(node.spec.size)
+                and tuple(v.stride) == tuple(node.spec.stride) and v.offset == node.spec.offset):
+            return v.buffer
+        return None
+
     def realize(self, value: Value, stride=None) -> str:
         """Make `value` a buffer; afterwards `value` loads from it. Returns the buffer name."""
-        if value.view is not None:
-            node = self.nodes[value.view.buffer]
-            v = value.view
-            if (tuple(v.size) == tuple(node.spec.size) and tuple(v.stride) == tuple(node.spec.stride)
-                    and v.offset == node.spec.offset and (stride is None or tuple(stride) == tuple(v.stride))):
-                return v.buffer
+        whole = self.whole_buffer(value)
+        if whole is not None and (stride is None or tuple(stride) == tuple(value.view.stride)):
+            return whole
         stride = tuple(stride) if stride is not None else contiguous_strides(value.size)
         if any(s == 0 for s in stride) or len(stride) != len(value.size):
             stride = contiguous_strides(value.size)

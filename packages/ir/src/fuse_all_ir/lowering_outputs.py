@@ -17,8 +17,8 @@ import torch
 import torch.fx
 
 from .nodes import Value
-from .vocabulary import NodeKind
 from .program import BufferRef, TensorSpec
+from .vocabulary import NodeKind
 
 
 def _is_view_op(target) -> bool:
@@ -75,9 +75,8 @@ def _realized_here(g, source) -> bool:
     """`source` is a whole buffer this graph computes: realized by an earlier output's view chain
     (`v.squeeze(), v` with `v` a broadcast view: the second output found its base realized by the first's,
     took that for a view of something else and came back a copy, fuzz seed 122 index 664)."""
-    node = g.nodes.get(source.view.buffer)
-    return (node is not None and node.kind != NodeKind.INPUT and tuple(source.view.size) == tuple(node.spec.size)
-            and tuple(source.view.stride) == tuple(node.spec.stride) and source.view.offset == node.spec.offset)
+    whole = g.whole_buffer(source)
+    return whole is not None and g.nodes[whole].kind != NodeKind.INPUT
 
 
 def _same_strides(view, stride) -> bool:
