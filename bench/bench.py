@@ -37,6 +37,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--backends", help="comma-separated subset of eager,aot_eager,inductor,inductor_ro,"
                                       "cudagraphs,fuse_all,fuse_all_ro (default: all for the device)")
     p.add_argument("--quick", action="store_true", help="shorter timing loops (numbers are noisier)")
+    p.add_argument("--no-interleave", action="store_true",
+                   help="report each backend's median from right after its compile, instead of timing all of "
+                        "them again in rotating rounds once every backend of the row has compiled")
     p.add_argument("--json", help="write all results to this file (rewritten after every workload)")
     p.add_argument("--markdown", action="store_true", help="print the summary as markdown for bench/RESULTS.md")
     p.add_argument("--skip-inductor-compile-time", action="store_true",

@@ -2,6 +2,7 @@
 (issue 11 item 1: per-kernel host cost ≤ Inductor's).
 
     source bench/gpu_env.sh && python bench/host_profile_cuda.py --workloads resnext101_64x3x7x7,resnet50_1x3x224x224
+    ... --workloads bert_1x12 --backends fuse_all,inductor --threads     # who else burns CPU during the loop
 
 Per workload and backend: the host loop µs per call (calls issued back to back with one synchronize at the
 end: when the host is the bottleneck this is its cost per call), the device kernels and ATen calls per call,
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import sys
 import time
@@ -37,6 +39,54 @@ def host_us_per_call(instance, fn, calls: int) -> float:
     start = time.perf_counter()
     for _ in range(calls):
         instance.step(fn)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def _thread_cpu_s() -> dict[str, float]:
+    """CPU seconds so far of every thread of this process and of its child processes, by name (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+
+    def add(stat_dir: Path, label: str) -> None:
+        try:
+            fields = (stat_dir / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return
+        out[label] = out.get(label, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+
+    me = Path("/proc/self/task")
+    for task in me.iterdir():
+        add(task, "thread " + (task / "comm").read_text().strip())
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            children = []
+        for pid in children:
+            add(Path(f"/proc/{pid}"), "child " + Path(f"/proc/{pid}/comm").read_text().strip())
+    return out
+
+
+def busy_threads(instance, fn, calls: int) -> str:
+    """Which threads and child processes burn CPU while the host loop runs: a thread that takes the GIL
+    whenever an ATen op releases it slows every op of the loop without showing in any profile of the loop."""
+    before = _thread_cpu_s()
+    wall = host_us_per_call(instance, fn, calls) * calls / 1e6
+    after = _thread_cpu_s()
+    rows = sorted(((after[k] - before.get(k, 0.0), k) for k in after), reverse=True)
+    return "\n".join(f"  {cpu:6.3f} CPU s  {name}" for cpu, name in rows if cpu > 0) + f"\n  (loop wall {wall:.3f} s)"
+
+
+def mm_host_us(calls: int = 2000) -> float:
+    """Host µs of one small torch.mm issued back to back: the same ATen call in every state of the process."""
+    a = torch.randn(12, 768, device="cuda")
+    b = torch.randn(768, 768, device="cuda").t()
+    for _ in range(50):
+        torch.mm(a, b)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        torch.mm(a, b)
     torch.cuda.synchronize()
     return (time.perf_counter() - start) / calls * 1e6
 
@@ -72,7 +122,12 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--profile-calls", type=int, default=20)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--threads", action="store_true",
+                   help="only the host loop, with the CPU time of every thread and child process during it and "
+                        "a small torch.mm's host µs before and after each compile (no profiles)")
     args = p.parse_args()
+    if args.threads:
+        print(f"torch.mm host µs before any compile: {mm_host_us():.2f}")
     for name in args.workloads.split(","):
         print(f"\n## {name}")
         for backend in args.backends.split(","):
@@ -81,6 +136,11 @@ def main() -> None:
             fn = instance.target if backend == "eager" else torch.compile(instance.target, backend=backend)
             us = host_us_per_call(instance, fn, args.calls)
             print(f"\n### {backend}: {us:.1f} µs per call, host loop")
+            if args.threads:
+                print(busy_threads(instance, fn, args.calls))
+                print(f"  host loop again: {host_us_per_call(instance, fn, args.calls):.1f} µs per call; "
+                      f"torch.mm host µs now: {mm_host_us():.2f}")
+                continue
             print(profile_text(instance, fn, args.profile_calls, args.top))
             print(aten_host_table(instance, fn, args.profile_calls, args.top))
 

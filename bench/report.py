@@ -230,7 +230,10 @@ def header(meta: dict, markdown: bool) -> str:
 
 def summary(meta: dict, rows: list[dict], markdown: bool) -> str:
     device = meta["device"]
-    parts = [header(meta, markdown), "", ("**Runtime** (median)" if markdown else "Runtime (median)"),
+    interleaved = any("rounds_ms" in c for r in rows for c in r.get("cells", {}).values())
+    how = ("median of 3 rounds taken after every backend of the row compiled, rotating which goes first"
+           if interleaved else "median")
+    parts = [header(meta, markdown), "", (f"**Runtime** ({how})" if markdown else f"Runtime ({how})"),
              "", render(*runtime_table(rows, device), markdown), "",
              ("**Compile time** (first call; overhead = first call − aot_eager's first call)" if markdown
               else "Compile time (first call; overhead = first call - aot_eager's first call)"),
