@@ -215,3 +215,39 @@ def test_incremental_propagation_follows_a_changed_layout_downstream():
     permuted = next(n for n in gm.graph.nodes if n.target is aten.permute.default)
     assert permuted.meta["val"].is_contiguous()               # NHWC all the way down: the permute is dense
     assert incremental == _fully_propagated(gm, values, mode)
+
+
+def first_layer_backward(grad, image, w):
+    """The first convolution's backward: only the weight gradient, from the user's (NCHW) image."""
+    _, grad_weight, _ = aten.convolution_backward(grad, image, w, None, [2, 2], [3, 3], [1, 1], False, [0, 0], 1,
+                                                  [False, True, False])
+    return (grad_weight,)
+
+
+def test_the_first_layers_backward_reads_a_channels_last_copy_of_the_image():
+    """The forward copied the image to channels-last for its convolution, but the backward gets the user's
+    NCHW image: without a copy in the backward, ATen would make the (much larger) channels-last gradient
+    contiguous to match it, and cuDNN convert both back."""
+    mode, values = _fake_cuda((8, 64, 16, 16), (8, 3, 32, 32), (64, 3, 7, 7))
+    gm = _trace(first_layer_backward, mode, values)
+    traced = [o.stride() for o in _outputs(gm)]
+    with mode:
+        real = [values[0].contiguous(memory_format=torch.channels_last)] + values[1:]
+    assert adopt_input_strides(gm, real)
+    conv_backward = next(n for n in gm.graph.nodes if n.target is aten.convolution_backward.default)
+    image = conv_backward.args[1]
+    assert image.target is aten.clone.default and image.args[0].op == "placeholder"
+    assert _is_nhwc(image.meta["val"])
+    assert conv_backward.args[2].target is aten.clone.default          # and then the weight, as for any layer
+    assert [o.stride() for o in _outputs(gm)] == traced
+    assert _layouts(gm) == _fully_propagated(gm, real, mode)
+
+
+def test_a_backward_whose_gradient_is_nchw_gets_no_image_copy():
+    mode, values = _fake_cuda((8, 64, 16, 16), (8, 3, 32, 32), (64, 3, 7, 7))
+    gm = _trace(first_layer_backward, mode, values)
+    with mode:
+        real = [values[0], values[1].contiguous(memory_format=torch.channels_last), values[2]]
+    assert adopt_input_strides(gm, real)
+    conv_backward = next(n for n in gm.graph.nodes if n.target is aten.convolution_backward.default)
+    assert conv_backward.args[1].op == "placeholder"

@@ -21,7 +21,9 @@ What the caller sees keeps the strides it had: every user-visible output (all ou
 the first `num_user_outputs` of a training forward) is cloned back where its strides changed. A training
 forward's saved activations stay channels-last: AOTAutograd restrides the backward's example inputs to the
 strides the forward compiler reports (`fuse_all_capture` reports them), and `adopt_input_strides` re-derives
-the backward graph's strides from those inputs before it is lowered.
+the backward graph's strides from those inputs before it is lowered. The one saved activation that stays
+NCHW is the user's input to the first convolution (the forward's copy is not saved): on CUDA the backward
+copies it to channels-last too, before that convolution's `convolution_backward`.
 """
 from __future__ import annotations
 
@@ -158,6 +160,31 @@ def _channels_last_weights(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return list(clones.values())
 
 
+def _channels_last_backward_inputs(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """A channels-last clone of a CUDA `convolution_backward`'s saved input where its gradient is channels-last
+    and the input is not: the graph's first convolution reads the user's NCHW input, which the forward copied
+    to channels-last for the convolution but which the backward gets as it was. ATen then makes the gradient
+    contiguous to match the input (a strided copy of the first layer's whole activation gradient) and cuDNN
+    converts both back to NHWC for its weight-gradient kernel: on a ResNet-50 training step on the H200,
+    0.18 + 0.13 ms of device time, against a generated copy of a 3-channel image. The clones."""
+    clones: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten.convolution_backward.default:
+            continue
+        grad, x, transposed = node.args[0], node.args[1], node.args[7]
+        gv, xv = _tensor(grad), _tensor(x)
+        if (transposed or gv is None or xv is None or xv.dim() != 4 or xv.device.type != "cuda"
+                or free_symbols(gv) or free_symbols(xv)
+                or not gv.is_contiguous(memory_format=torch.channels_last) or gv.is_contiguous()
+                or xv.is_contiguous(memory_format=torch.channels_last)):
+            continue
+        if x not in clones:
+            with gm.graph.inserting_before(node):
+                clones[x] = gm.graph.call_function(aten.clone.default, (x,), {"memory_format": torch.channels_last})
+        node.replace_input_with(x, clones[x])
+    return list(clones.values())
+
+
 def _drop_copies_of_channels_last(gm: torch.fx.GraphModule, added: list) -> None:
     """Once strides are propagated, most convolution inputs are channels-last already (outputs of earlier
     channels-last convolutions and the pointwise ops after them): their copies go."""
@@ -192,6 +219,7 @@ def adopt_input_strides(gm: torch.fx.GraphModule, example_inputs) -> bool:
         raise ValueError("the backward's example inputs have new strides but are not fake tensors of one mode")
     before = _output_strides(gm)
     _propagate(gm, example_inputs, fake_mode)
+    _propagate(gm, example_inputs, fake_mode, inserted=_channels_last_backward_inputs(gm))
     _propagate(gm, example_inputs, fake_mode, inserted=_channels_last_weights(gm))
     restored: list = []
     _restore_output_strides(gm, before, range(len(before)), restored, strict=False)
