@@ -47,6 +47,7 @@ def main() -> None:
     print(json.dumps({"jobs": len(jobs), "hashes": sorted(hashes),
                       "entries": kernel_entries(Path(os.environ["TRITON_CACHE_DIR"])),
                       "workers": len(workers._workers) if workers else 0,
+                      "worker_jobs": workers.jobs_run if workers else 0,
                       "broken": workers.broken if workers else None,
                       "cpu_s": round(time.process_time() - cpu, 3), "wall_s": round(time.perf_counter() - wall, 3)}))
 

@@ -164,6 +164,7 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self.broken: str | None = None
+        self.jobs_run = 0     # compiles the workers did (a warm start does none, whether or not they started)
 
     def start(self) -> None:
         """Start every worker now (they import Triton in parallel while the parent lowers and renders)."""
@@ -199,6 +200,8 @@ class WorkerPool:
         worker = self._idle.get()
         try:
             worker.run(job)
+            with self._lock:
+                self.jobs_run += 1
             if marker is not None:
                 _touch(marker)
             return True
