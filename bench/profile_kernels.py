@@ -3,6 +3,7 @@ a row misses, the note says where its time goes").
 
     python bench/profile_kernels.py --device cuda --workloads resnet50_1x3x224x224 --backends inductor,fuse_all
     python bench/profile_kernels.py --device cuda --workloads train_resnet50_32x224 --top 15 --channels-last
+    python bench/profile_kernels.py --device cuda --workloads train_resnet50_32x224 --backends fuse_all --bandwidth 25
 
 Each backend compiles the workload in this process, warms up, then `--steps` steps run under
 torch.profiler. Kernels are grouped by kind from their names: convolution (cuDNN / implicit GEMM),
@@ -70,12 +71,54 @@ def _launchers(prof, pattern: re.Pattern) -> list[str]:
     return [f"{n}x {c}" for c, n in sorted(chains.items(), key=lambda kv: -kv[1])]
 
 
-def _device_times(instance, fn, steps: int, launched_by: re.Pattern | None = None
+def bandwidth_rows(calls_by_graph: dict, records: list) -> list[dict]:
+    """fuse_all's generated kernels with their achieved bandwidth: device µs per call of each (graph, kernel)
+    (`fuse_all.profiling.graph_calls`: the host program's profiler ranges say which kernel of which graph
+    launched each device kernel, which the device kernel's own name cannot: graphs share JIT functions and
+    kernel names), bytes per call from the graph's record (`kernel_bytes`: each buffer it reads or writes,
+    once), and what the fusion report says the kernel is. Sorted by device time per step."""
+    by_id = {r.graph_id: r for r in records}
+    rows = []
+    for graph_id, calls in calls_by_graph.items():
+        record = by_id.get(graph_id)
+        if record is None or not calls:
+            continue
+        why = {g.get("kernel"): g.get("why", "") for g in getattr(record.report, "groups", ()) or ()
+               if isinstance(g, dict)}
+        total: dict[str, float] = collections.defaultdict(float)
+        launches: dict[str, int] = collections.defaultdict(int)
+        for call in calls:
+            for step in call.steps:
+                if step.key in record.kernel_bytes:
+                    total[step.key] += step.device_us
+                    launches[step.key] += 1
+        for kernel, us in total.items():
+            per_launch = us / launches[kernel]
+            nbytes = record.kernel_bytes.get(kernel)
+            rows.append({"graph": f"{record.kind} {graph_id}", "kernel": kernel,
+                         "ms_per_step": us / len(calls) / 1000.0, "us_per_launch": per_launch,
+                         "bytes": nbytes, "gbps": nbytes / (per_launch * 1e3) if nbytes and per_launch else None,
+                         "why": why.get(kernel, "")})
+    return sorted(rows, key=lambda r: -r["ms_per_step"])
+
+
+def _print_bandwidth(rows: list[dict], top: int) -> None:
+    total = sum(r["ms_per_step"] for r in rows)
+    print(f"\nfuse_all generated kernels by (graph, kernel): {total:.3f} ms per step; top {top} with achieved "
+          f"bandwidth (bytes = each buffer read or written once)")
+    for r in rows[:top]:
+        gbps = f"{r['gbps']:7.0f} GB/s" if r["gbps"] else "      ? GB/s"
+        size = f"{r['bytes'] / 1e6:8.1f} MB" if r["bytes"] else "       ? MB"
+        print(f"  {r['ms_per_step']:7.4f} ms {r['us_per_launch']:7.1f} us/launch {size} {gbps}  "
+              f"{r['graph'][:20]:20s} {r['kernel']:18s} {r['why'][:90]}")
+
+
+def _device_times(instance, fn, steps: int, launched_by: re.Pattern | None = None, bandwidth: int = 0
                   ) -> tuple[dict[str, float], int, dict[str, int]]:
     from torch.profiler import ProfilerActivity, profile
     device = "cuda" if torch.cuda.is_available() else "cpu"
     activities = [ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
-    if launched_by is not None:
+    if launched_by is not None or bandwidth:
         activities = [ProfilerActivity.CPU] + [a for a in activities if a != ProfilerActivity.CPU]
     for _ in range(3):
         instance.step(fn)
@@ -90,6 +133,10 @@ def _device_times(instance, fn, steps: int, launched_by: re.Pattern | None = Non
         print(f"host ops launching kernels matching {launched_by.pattern!r} ({steps} steps):")
         for line in _launchers(prof, launched_by):
             print(f"    {line[:400]}")
+    if bandwidth:
+        import fuse_all
+        from fuse_all.profiling import graph_calls
+        _print_bandwidth(bandwidth_rows(graph_calls(prof.events()), fuse_all.compiled_graphs()), bandwidth)
     times: dict[str, float] = collections.defaultdict(float)
     calls: dict[str, int] = collections.defaultdict(int)
     launches = 0
@@ -185,6 +232,9 @@ def main() -> None:
     p.add_argument("--launched-by", help="regex over kernel names: print the host ops that launched them")
     p.add_argument("--gemms", action="store_true", help="list every matrix product of a step with its operands' "
                    "sizes and strides, timed alone (why two backends' matmul times differ)")
+    p.add_argument("--bandwidth", type=int, default=0, metavar="N",
+                   help="for fuse_all: its N generated kernels with the most device time, each as (graph, kernel) "
+                        "with bytes per launch and achieved GB/s")
     p.add_argument("--json", help="write every kernel's device ms and launches per step, per backend, here")
     args = p.parse_args()
     everything: dict = {}
@@ -202,9 +252,13 @@ def main() -> None:
             continue
         for backend in args.backends.split(","):
             instance = workloads.build(name, args.device)
+            if backend.startswith("fuse_all"):
+                import fuse_all
+                fuse_all.reset()
             times, launches, calls = _device_times(
                 instance, _compiled(instance, backend), args.steps,
-                re.compile(args.launched_by) if args.launched_by else None)
+                re.compile(args.launched_by) if args.launched_by else None,
+                args.bandwidth if backend == "fuse_all" else 0)
             per_backend[backend] = times
             everything.setdefault(name, {})[backend] = {
                 k: {"ms": ms, "launches": calls.get(k, 0), "kind": kind_of(k)} for k, ms in times.items()}

@@ -1,0 +1,42 @@
+"""bench/profile_kernels.py --bandwidth: each generated kernel's device time comes from the profiler range of the
+graph and kernel that launched it (two graphs' `kernel_3` are two rows), and its bytes from that graph's record."""
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def profile_kernels():
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("profile_kernels", BENCH / "profile_kernels.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_kernels_of_two_graphs_with_one_name_are_two_rows_with_their_own_bytes(profile_kernels):
+    from fuse_all.profiling import GraphCall, StepCall
+
+    def call(*steps):
+        return GraphCall(cpu_us=0.0, device_us=sum(us for _, us in steps),
+                         steps=[StepCall(key, 0.0, us) for key, us in steps])
+    calls = {"g_fwd": [call(("kernel_3", 10.0), ("extern_0", 50.0)), call(("kernel_3", 14.0), ("extern_0", 50.0))],
+             "g_bwd": [call(("kernel_3", 40.0), ("kernel_3", 40.0)), call(("kernel_3", 40.0), ("kernel_3", 40.0))]}
+    report = SimpleNamespace(groups=[{"kernel": "kernel_3", "why": "pointwise over (1024,)"}])
+    records = [SimpleNamespace(graph_id="g_fwd", kind="forward", kernel_bytes={"kernel_3": 24_000_000}, report=report),
+               SimpleNamespace(graph_id="g_bwd", kind="backward", kernel_bytes={"kernel_3": 8_000_000}, report=None)]
+    rows = profile_kernels.bandwidth_rows(calls, records)
+    assert [(r["graph"], r["kernel"]) for r in rows] == [("backward g_bwd", "kernel_3"), ("forward g_fwd", "kernel_3")]
+    backward, forward = rows
+    assert backward["ms_per_step"] == pytest.approx(0.08) and backward["us_per_launch"] == pytest.approx(40.0)
+    assert backward["gbps"] == pytest.approx(200.0)          # 8 MB in 40 µs
+    assert forward["us_per_launch"] == pytest.approx(12.0) and forward["gbps"] == pytest.approx(2000.0)
+    assert forward["why"] == "pointwise over (1024,)" and backward["why"] == ""
