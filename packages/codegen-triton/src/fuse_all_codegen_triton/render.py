@@ -491,7 +491,16 @@ class _Writer:
         # masked lanes divide by a zero count: the where below drops that value
         self.emit(f"{weight} = {acc}_w + 1")
         self.emit(f"{delta} = {x} - {acc}_mean")
-        self.emit(f"{mean} = {acc}_mean + {delta} / {weight}")
+        if st.mask is None:
+            # rmask (rindex < rnumel) lets a lane in at every iteration up to its last, so every lane it lets
+            # in now has count roffset // RBLOCK + 1: one reciprocal per iteration instead of an IEEE
+            # division per element (a ~20-instruction sequence that held channels-last BatchNorm statistics
+            # to ~1.9 TB/s on the H200, against ~4 TB/s for the plain sums of its backward)
+            inverse = self.new_name()
+            self.emit(f"{inverse} = tl.full([1, 1], 1.0, {tl_acc}) / (roffset // RBLOCK + 1)")
+            self.emit(f"{mean} = {acc}_mean + {delta} * {inverse}")
+        else:
+            self.emit(f"{mean} = {acc}_mean + {delta} / {weight}")
         self.emit(f"{acc}_m2 = tl.where({mask}, {acc}_m2 + {delta} * ({x} - {mean}), {acc}_m2)")
         self.emit(f"{acc}_mean = tl.where({mask}, {mean}, {acc}_mean)")
         self.emit(f"{acc}_w = tl.where({mask}, {weight}, {acc}_w)")
