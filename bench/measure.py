@@ -10,6 +10,7 @@ process used CPU meanwhile), and back-to-back loops of one backend differed by u
 backend right after its own compile measured the order as much as the backend."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -65,6 +66,26 @@ def backends_for(device: str, only: list[str] | None = None) -> list[Backend]:
             raise SystemExit(f"unknown backends {sorted(unknown)}; known: {[b.key for b in BACKENDS]}")
         chosen = [b for b in chosen if b.key in only or b.key == "eager"]   # eager is the reference
     return chosen
+
+
+@contextlib.contextmanager
+def full_float32(device: str):
+    """The first call of every backend (the one compared with eager) and eager's reference run with float32
+    convolutions instead of TF32 (cuDNN's default): TF32 rounds each product's inputs to 10 bits, so two
+    correct programs that pick different convolution algorithms or layouts (channels-last vs NCHW) differ by
+    ~1e-3 relative, and a training step's gradients by more: every backend, aot_eager included, failed
+    ResNet-50 training's check at tol 1e-3 on the H200 (err 0.3-0.4). The timed calls run with the process's
+    own setting. (Matmuls are float32 already unless the process asked otherwise; their TF32 switch is part
+    of Dynamo's guards, so it is left alone.)"""
+    if device != "cuda":
+        yield
+        return
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
 
 
 def fresh_cache_env(name: str) -> dict[str, str]:
@@ -133,7 +154,8 @@ def measure_backend(b: Backend, inst: Instance, ref, device: str, name: str, arg
             inst.reset()
             step = _iteration(inst, compiled, b.cudagraph_trees)
             compile_columns.start_first_call()
-            cell["first_s"], out = first_call(step, device)
+            with full_float32(device):
+                cell["first_s"], out = first_call(step, device)
             cell["phases"] = compile_columns.first_call_phases(cell["first_s"], b.fuse_all)
             if b.fuse_all:
                 cell["fuse_all"] = fuse_all_summary()
@@ -197,7 +219,8 @@ def measure_eager(inst: Instance, device: str, args) -> tuple[dict, list | None]
         with time_limit(args.backend_timeout):
             inst.reset()
             step = _iteration(inst, inst.target, False)
-            cell["first_s"], out = first_call(step, device)
+            with full_float32(device):
+                cell["first_s"], out = first_call(step, device)
             ref = snapshot(out)
             del out
             cell["median_ms"] = median_ms(step, device, args.quick)
