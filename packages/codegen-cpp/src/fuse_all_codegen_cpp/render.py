@@ -40,6 +40,7 @@ from fuse_all_ir.normalize import normalize
 from fuse_all_ir.welford import two_pass_form, welford_groups
 from .reuse import plan_reuse
 from .tiled import TiledLoops
+from .vector_loops import loop_vectors, vector_helpers, vector_loop
 from .welford_tiles import WelfordTiles, native_welford_ok
 
 PARALLEL_MIN_WORK = 32768      # below this many element-steps a kernel runs on the calling thread
@@ -235,6 +236,13 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             inner = positive_guard(_numel(dims[1:]))
             guard = f"({first_range[1]}) > ({first_range[0]})" + (f" && {inner}" if inner else "")
         body = self.hoist(body, {rvar(i) for i in range(len(dims))}, guard)
+        # a phase without accumulators over one dim (LayerNorm's normalise-and-store): explicit vectors too
+        vectors = (loop_vectors(self, body, rvar(0), dims[0])
+                   if not reduces and len(dims) == 1 and first_range is None else None)
+        if vectors is not None:
+            self.emit("#if FA_VEC")
+            vector_loop(self, body, rvar(0), 0, dims[0], vectors, None)
+            self.emit("#else")
         sums = [r for r in reduces if is_float_sum(r)]
         elements = self.sum_block()
         block = self.block_dim(elements) if sums else None
@@ -269,6 +277,8 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             for r in sums:
                 self.emit(f"{_value(r.name)} = fa_cs_{_value(r.name)}.total();")
             self.close()
+        if vectors is not None:
+            self.emit("#endif")
 
     def sum_block(self) -> int:
         """Elements per block of a float sum: SUM_BLOCK when the innermost reduction dim fills the vector
@@ -328,9 +338,15 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         body = loop.body
         n = len(k.outer)
         clause = self.parallel_clause(_numel(k.outer))
+        vectors = loop_vectors(self, body, xvar(n - 1), k.outer[-1]) if n else None
         if n == 0:
             self.open()
         elif n == 1:
+            if vectors is not None:
+                self.emit("#if FA_VEC")
+                vector_loop(self, body, xvar(0), 0, k.outer[0], vectors,
+                            None if clause is None else f"#pragma omp parallel for{clause}")
+                self.emit("#else")
             self.outer_loops(1, "#pragma omp simd" if clause is None else f"#pragma omp parallel for simd{clause}")
         else:
             collapse = f" collapse({n - 1})" if n > 2 else ""
@@ -346,11 +362,18 @@ class KernelRenderer(TiledLoops, WelfordTiles):
                     self.close()
                 return
             body = self.hoist(body, {xvar(n - 1)}, positive_guard(k.outer[-1]))
+            if vectors is not None:
+                self.emit("#if FA_VEC")
+                vector_loop(self, body, xvar(n - 1), 0, k.outer[-1], vectors, None)
+                self.emit("#else")
             self.emit("#pragma omp simd")
             self.open(f"for (int64_t {xvar(n - 1)} = 0; {xvar(n - 1)} < {cpp_index(k.outer[-1])}; ++{xvar(n - 1)})")
         for stmt in body:
             self.statement(stmt)
-        for _ in range(max(n, 1)):
+        self.close()
+        if vectors is not None:
+            self.emit("#endif")
+        for _ in range(max(n, 1) - 1):
             self.close()
 
     def inner_simd_loop(self, body, lo, hi) -> None:
@@ -581,7 +604,8 @@ def tile_helpers() -> str:
 
 
 def helper_sources(kernels: list[str]) -> list[str]:
-    return [tile_helpers()] if any("fa_transpose8x8_b32(" in k for k in kernels) else []
+    return ([tile_helpers()] if any("fa_transpose8x8_b32(" in k for k in kernels) else []) + \
+        ([vector_helpers()] if any("#if FA_VEC" in k for k in kernels) else [])
 
 
 def render_kernel(kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None,
