@@ -236,16 +236,16 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             inner = positive_guard(_numel(dims[1:]))
             guard = f"({first_range[1]}) > ({first_range[0]})" + (f" && {inner}" if inner else "")
         body = self.hoist(body, {rvar(i) for i in range(len(dims))}, guard)
-        # a phase without accumulators over one dim (LayerNorm's normalise-and-store): explicit vectors too
+        sums = [r for r in reduces if is_float_sum(r)]
+        elements = self.sum_block()
+        block = self.block_dim(elements) if sums else None
+        # a phase over one dim whose sums need no blocks: explicit vectors too (vector_loops.py)
         vectors = (loop_vectors(self, body, rvar(0), dims[0])
-                   if not reduces and len(dims) == 1 and first_range is None else None)
+                   if len(dims) == 1 and first_range is None and block is None else None)
         if vectors is not None:
             self.emit("#if FA_VEC")
             vector_loop(self, body, rvar(0), 0, dims[0], vectors, None)
             self.emit("#else")
-        sums = [r for r in reduces if is_float_sum(r)]
-        elements = self.sum_block()
-        block = self.block_dim(elements) if sums else None
         if block is not None:
             self.open(comment=f"float sums: blocks of ~{elements} elements, block sums combined pairwise")
             for r in sums:

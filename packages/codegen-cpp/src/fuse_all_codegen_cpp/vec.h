@@ -35,6 +35,19 @@ static inline void fa_vstore_f(float* p, fa_vf v) { __builtin_memcpy(p, &v, size
 static inline fa_vf fa_round_h(fa_vf x) { return fa_vh2f(fa_vf2h(x)); }
 static inline fa_vf fa_vabs(fa_vf x) { return (fa_vf)((fa_vi)x & 0x7FFFFFFF); }
 static inline float fa_vabs(float x) { return __builtin_fabsf(x); }
+static inline fa_vf fa_vsplat(float x) { fa_vf v; for (int i = 0; i < FA_VEC; ++i) v[i] = x; return v; }
+static inline fa_vf fa_max(fa_vf a, fa_vf b) { return (a > b) | (a != a) ? a : b; }
+static inline fa_vf fa_min(fa_vf a, fa_vf b) { return (a < b) | (a != a) ? a : b; }
+// the lanes of an accumulator combined: sums pairwise, max/min NaN-propagating (prelude's fa_max)
+static inline float fa_vsum(fa_vf v) {
+  float s[FA_VEC];
+  __builtin_memcpy(s, &v, sizeof v);
+  for (int w = FA_VEC / 2; w; w /= 2)
+    for (int i = 0; i < w; ++i) s[i] = s[i] + s[i + w];
+  return s[0];
+}
+static inline float fa_vmax(fa_vf v) { float m = v[0]; for (int i = 1; i < FA_VEC; ++i) m = fa_max(m, v[i]); return m; }
+static inline float fa_vmin(fa_vf v) { float m = v[0]; for (int i = 1; i < FA_VEC; ++i) m = fa_min(m, v[i]); return m; }
 // fa_expf lane by lane: the same operations in the same order (bit-identical results; test_f16c.py)
 static inline fa_vf fa_expf(fa_vf x) {
   const fa_vf t = x * 1.44269504088896341f + 12582912.0f;

@@ -7,9 +7,13 @@ ATen op (half_chain_f16_4e6: 6 roundings, 1.58x Inductor's time with eager's rou
 stores, + - * /, neg, abs, exp, sigmoid, the libm functions libmvec vectorises, roundings to float16) is
 written a second time with GCC vector types: `FA_VEC` lanes per step (vec.h: 16 with AVX-512, 8 with AVX2,
 0 without F16C), the same expressions (the helpers are overloaded for vectors), the leftover elements by the
-scalar statements. The portable `omp simd` loop stays in the source, in the `#else` branch: the compiler's
-target macros (`-march=native`, whose CPU is part of the cache key) choose, so a host without F16C compiles
-the loop it always had. Results are the same bits on both paths (tests/codegen_cpp/test_vec_half.py).
+scalar statements. Pointwise kernels' innermost loops, and the phases of row reductions over one dim whose
+accumulators are float sums (without SUM_BLOCK blocks), max or min: each lane accumulates apart, the lanes
+combine after the loop (sums pairwise). The portable `omp simd` loop stays in the source, in the `#else`
+branch: the compiler's target macros (`-march=native`, whose CPU is part of the cache key) choose, so a host
+without F16C compiles the loop it always had. Both paths give the same bits, except for sums (lanes combined
+in another order than GCC's; add + LayerNorm + GELU: 450 of 3.1M float16 results 1 ulp apart, and as close
+to eager as before). tests/codegen_cpp/test_vec_half.py.
 
 Anything else in the loop (a mask, an integer, a strided load, another libm call) keeps the portable loop
 only; so do loops of bfloat16 and float32 alone, which GCC vectorises well as they are.
@@ -21,7 +25,7 @@ from pathlib import Path
 
 import sympy
 
-from fuse_all_ir.program import Compute, Const, Load, Store
+from fuse_all_ir.program import Compute, Const, Load, Reduce, Store
 
 from . import rules
 from .choices import size_hint
@@ -38,6 +42,11 @@ VECTOR_LIBM = frozenset(f"{name}f" for name in ("erf", "tanh", "log", "sin", "co
 VECTOR_DTYPES = ("float16", "float32")       # loaded, stored and computed in float
 LOAD = {"float16": "fa_vload_h(&{})", "float32": "fa_vload_f(&{})"}
 STORE = {"float16": "fa_vstore_h(&{}, {})", "float32": "fa_vstore_f(&{}, {})"}
+# accumulators: a vector of partials per accumulator (its lanes start at the identity), the update of one
+# step, and how the lanes join the scalar accumulator after the loop (pairwise sum; max/min keep NaN)
+VECTOR_REDUCTIONS = {"sum": ("{acc} + {v}", "{acc} + fa_vsum({v})"),
+                     "max": ("fa_max({acc}, {v})", "fa_max({acc}, fa_vmax({v}))"),
+                     "min": ("fa_min({acc}, {v})", "fa_min({acc}, fa_vmin({v}))")}
 
 
 def _contiguous(index, counter: sympy.Symbol) -> bool:
@@ -83,7 +92,10 @@ def vector_values(body, counter: sympy.Symbol, buffers: dict[str, str], dtypes: 
             if buf_dtype not in VECTOR_DTYPES or st.value not in vectors or not _contiguous(st.index, counter):
                 return None
             has_half |= buf_dtype == "float16"
-        else:                                                     # IndexValue, Reduce
+        elif isinstance(st, Reduce):      # lanes accumulate apart, then combine (vector_loop)
+            if st.op not in VECTOR_REDUCTIONS or st.dtype not in VECTOR_DTYPES or st.arg not in vectors:
+                return None
+        else:                                                     # IndexValue
             return None
     return vectors if has_half else None
 
@@ -93,8 +105,6 @@ def loop_vectors(r, body, counter: sympy.Symbol, trip_count) -> set[str] | None:
     shorter than the vectors (by its size hint) or writes scratch that a later phase reads (reuse.py)."""
     hints = {**{s: VECTOR_LANES for s in sympy.sympify(trip_count).free_symbols}, **r.size_hints}
     if size_hint(sympy.sympify(trip_count), hints) < VECTOR_LANES:
-        return None
-    if any(getattr(st, "name", None) in {earlier for _, earlier in r.reused.values()} for st in body):
         return None
     return vector_values(body, counter, r.buffers, r.dtypes, rules.libmvec_functions())
 
@@ -116,6 +126,10 @@ def vector_helpers() -> str:
 
 def vector_statement(r, stmt, vectors: set[str]) -> None:
     """`stmt` of an explicit-vector loop body, emitted through the renderer `r` (render.KernelRenderer)."""
+    if isinstance(stmt, Reduce):
+        acc = f"{r.ref(stmt.name)}_lanes"
+        r.emit(f"{acc} = {VECTOR_REDUCTIONS[stmt.op][0].format(acc=acc, v=r.ref(stmt.arg))};")
+        return
     if getattr(stmt, "name", None) in r.reused and stmt.name in vectors:
         scratch = f"fa_scratch_{r.reused[stmt.name][0]}[{cpp_index(r.reduction_position())}]"
         r.emit(f"const fa_vf {r.ref(stmt.name)} = fa_vload_f(&{scratch});")   # computed by an earlier phase
@@ -139,6 +153,10 @@ def vector_statement(r, stmt, vectors: set[str]) -> None:
         r.emit(STORE[buf_dtype].format(f"{c_name(stmt.buffer)}[{cpp_index(stmt.index)}]", value) + ";")
     else:                                                         # scalars: constants, invariant loads
         r.statement(stmt)
+        return
+    for scratch, earlier in set(r.reused.values()):
+        if earlier == getattr(stmt, "name", None):    # a later phase reads this value back (reuse.py)
+            r.emit(f"fa_vstore_f(&fa_scratch_{scratch}[{cpp_index(r.reduction_position())}], {r.ref(earlier)});")
 
 
 def vector_loop(r, body, counter: sympy.Symbol, lo, hi, vectors: set[str], pragma: str | None) -> None:
@@ -148,12 +166,19 @@ def vector_loop(r, body, counter: sympy.Symbol, lo, hi, vectors: set[str], pragm
     r.open(comment="FA_VEC lanes per step (vec.h)")
     count = hi if lo == "0" else f"({hi}) - ({lo})"
     r.emit(f"const int64_t fa_vend = {'' if lo == '0' else f'({lo}) + '}({count}) / FA_VEC * FA_VEC;")
+    reduces = [st for st in body if isinstance(st, Reduce)]
+    for st in reduces:
+        identity = rules.reduction_init(st.op, st.dtype)
+        r.emit(f"fa_vf {r.ref(st.name)}_lanes = fa_vsplat({identity});")
     if pragma:
         r.emit(pragma)
     r.open(f"for (int64_t {counter} = {lo}; {counter} < fa_vend; {counter} += FA_VEC)")
     for stmt in body:
         vector_statement(r, stmt, vectors)
     r.close()
+    for st in reduces:
+        acc = r.ref(st.name)
+        r.emit(f"{acc} = {VECTOR_REDUCTIONS[st.op][1].format(acc=acc, v=acc + '_lanes')};")
     r.open(f"for (int64_t {counter} = fa_vend; {counter} < {hi}; ++{counter})")
     for stmt in body:
         r.statement(stmt)
