@@ -33,7 +33,7 @@ from fuse_all_ir.vocabulary import is_float, is_positional
 from . import rules
 from .choices import CppChoices
 from .choices import numel as _numel, size_hint as _hint
-from .hoist import loop_invariants, positive_guard
+from .hoist import loop_invariants, positive_guard, row_invariant_half_loads
 from .index_printer import c_name, cpp_expr_type, cpp_index
 from .index_split import invariant_tests, split_ranges, with_values
 from fuse_all_ir.normalize import normalize
@@ -102,6 +102,7 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         self.arrays: set[str] = set()               # values held per column of a tile (tiled reductions)
         self.reused: dict[str, tuple[int, str]] = {}  # value -> (scratch id, earlier value): see reuse.py
         self.staged: dict[str, str] = {}            # load -> where a tile block staged it (tiled.py)
+        self.converted: dict[str, str] = {}         # load -> the float array holding it converted (rows)
         self.staged_stores: dict[int, str] = {}     # id(store) -> the staging buffer it writes (tiled.py)
         self.load_guard: str | None = None          # loads hoisted before a loop that may run 0 times
 
@@ -130,7 +131,7 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         if isinstance(stmt, Load):
             ptr = self.staged.get(stmt.name) or f"{c_name(stmt.buffer)}[{cpp_index(stmt.index)}]"
             buf_dtype = self.buffers[stmt.buffer]
-            value = rules.LOAD_CONVERT.get(buf_dtype, "{}").format(ptr)
+            value = self.converted.get(stmt.name) or rules.LOAD_CONVERT.get(buf_dtype, "{}").format(ptr)
             value = rules.render_cast(value, buf_dtype, stmt.dtype)
             if stmt.mask is not None:
                 value = f"{self.ref(stmt.mask)} ? {value} : {rules.literal(stmt.other, stmt.dtype)}"
@@ -414,6 +415,14 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         n = len(k.outer)
         clause = self.parallel_clause(_numel(k.outer) * _numel(k.reduction))
         collapse = f" collapse({n})" if n > 1 else ""
+        for number, ((buf, index), loads) in enumerate(row_invariant_half_loads(k, self.buffers).items()):
+            size = cpp_index(k.reduction[0])
+            self.emit(f"float fa_rows_{number}[{size}];  // the same {c_name(buf)} elements in every row: "
+                      "converted once")
+            self.emit("#pragma omp simd")
+            self.emit(f"for (int64_t {rvar(0)} = 0; {rvar(0)} < {size}; ++{rvar(0)}) fa_rows_{number}[{rvar(0)}] = "
+                      f"{rules.LOAD_CONVERT['float16'].format(f'{c_name(buf)}[{cpp_index(index)}]')};")
+            self.converted.update({load.name: f"fa_rows_{number}[{rvar(0)}]" for load in loads})
         self.outer_loops(n, None if clause is None else f"#pragma omp parallel for{collapse}{clause}")
         if n == 0:
             self.open()

@@ -134,8 +134,11 @@ def vector_statement(r, stmt, vectors: set[str]) -> None:
         scratch = f"fa_scratch_{r.reused[stmt.name][0]}[{cpp_index(r.reduction_position())}]"
         r.emit(f"const fa_vf {r.ref(stmt.name)} = fa_vload_f(&{scratch});")   # computed by an earlier phase
     elif isinstance(stmt, Load) and stmt.name in vectors:
-        ptr = f"{c_name(stmt.buffer)}[{cpp_index(stmt.index)}]"
-        r.emit(f"const fa_vf {r.ref(stmt.name)} = {LOAD[r.buffers[stmt.buffer]].format(ptr)};")
+        if stmt.name in r.converted:                              # converted once before the rows
+            load = LOAD["float32"].format(r.converted[stmt.name])
+        else:
+            load = LOAD[r.buffers[stmt.buffer]].format(f"{c_name(stmt.buffer)}[{cpp_index(stmt.index)}]")
+        r.emit(f"const fa_vf {r.ref(stmt.name)} = {load};")
     elif isinstance(stmt, Compute) and stmt.name in vectors:
         args = [r.ref(a) for a in stmt.args]
         if stmt.op == "cast":       # float16/float32 -> float16 rounds, -> float32 is the value itself
