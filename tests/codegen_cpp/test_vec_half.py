@@ -183,6 +183,13 @@ def test_a_float16_chain_gets_a_vector_loop_and_keeps_the_portable_one():
     assert "#pragma omp parallel for simd\n" in source           # the portable loop, unchanged
 
 
+def test_a_float32_buffer_read_as_float16_rounds_on_both_paths():
+    body = [Load("x", "arg0", xvar(0), "float16"), Compute("a", "abs", ("x",), "float16"),
+            Store("buf0", xvar(0), "a")]
+    source = render_kernel(_kernel(body, n=1 << 20), {"arg0": "float32", "buf0": "float16"})
+    assert "fa_round_h(fa_vload_f(&arg0[x0]))" in source and "fa_round_h((float)arg0[x0])" in source
+
+
 def test_loops_the_vector_form_does_not_cover_stay_portable():
     strided = _chain(index=2 * xvar(0))
     masked = [Load("k", "arg0", xvar(0), "float16", mask="b")]

@@ -138,6 +138,8 @@ def vector_statement(r, stmt, vectors: set[str]) -> None:
             load = LOAD["float32"].format(r.converted[stmt.name])
         else:
             load = LOAD[r.buffers[stmt.buffer]].format(f"{c_name(stmt.buffer)}[{cpp_index(stmt.index)}]")
+        if r.buffers[stmt.buffer] == "float32" and stmt.dtype == "float16":    # read as float16: rounds
+            load = rules.ROUND["float16"].format(load)
         r.emit(f"const fa_vf {r.ref(stmt.name)} = {load};")
     elif isinstance(stmt, Compute) and stmt.name in vectors:
         args = [r.ref(a) for a in stmt.args]
