@@ -34,7 +34,7 @@ static inline void fa_vstore_f(float* p, fa_vf v) { __builtin_memcpy(p, &v, size
 // sigmoid's `1 / (1 + fa_expf(-{a}))` then reads the same for both)
 static inline fa_vf fa_round_h(fa_vf x) { return fa_vh2f(fa_vf2h(x)); }
 static inline fa_vf fa_vabs(fa_vf x) { return (fa_vf)((fa_vi)x & 0x7FFFFFFF); }
-static inline float fa_vabs(float x) { return __builtin_fabsf(x); }
+// accumulators (vector_loops.VECTOR_REDUCTIONS): lanes start at the identity, update as the scalar ones
 static inline fa_vf fa_vsplat(float x) { fa_vf v; for (int i = 0; i < FA_VEC; ++i) v[i] = x; return v; }
 static inline fa_vf fa_max(fa_vf a, fa_vf b) { return (a > b) | (a != a) ? a : b; }
 static inline fa_vf fa_min(fa_vf a, fa_vf b) { return (a < b) | (a != a) ? a : b; }
