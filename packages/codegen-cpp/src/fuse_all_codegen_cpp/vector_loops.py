@@ -11,9 +11,10 @@ scalar statements. Pointwise kernels' innermost loops, and the phases of row red
 accumulators are float sums (without SUM_BLOCK blocks), max or min: each lane accumulates apart, the lanes
 combine after the loop (sums pairwise). The portable `omp simd` loop stays in the source, in the `#else`
 branch: the compiler's target macros (`-march=native`, whose CPU is part of the cache key) choose, so a host
-without F16C compiles the loop it always had. Both paths give the same bits, except for sums (lanes combined
-in another order than GCC's; add + LayerNorm + GELU: 450 of 3.1M float16 results 1 ulp apart, and as close
-to eager as before). tests/codegen_cpp/test_vec_half.py.
+without F16C compiles the loop it always had. Both paths give the same values, except for sums (lanes
+combined in another order than GCC's; add + LayerNorm + GELU: 450 of 3.1M float16 results 1 ulp apart, and as
+close to eager as before); a stored NaN keeps its payload's top bits (F16C, as torch's vector kernels) where
+the portable conversion writes 0x7E00. tests/codegen_cpp/test_vec_half.py.
 
 Anything else in the loop (a mask, an integer, a strided load, another libm call) keeps the portable loop
 only; so do loops of bfloat16 and float32 alone, which GCC vectorises well as they are.
