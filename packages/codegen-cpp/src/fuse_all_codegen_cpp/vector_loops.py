@@ -104,6 +104,9 @@ def vector_values(body, counter: sympy.Symbol, buffers: dict[str, str], dtypes: 
 def loop_vectors(r, body, counter: sympy.Symbol, trip_count) -> set[str] | None:
     """`vector_values` for a loop of the renderer `r` (render.KernelRenderer): None also when the loop is
     shorter than the vectors (by its size hint) or writes scratch that a later phase reads (reuse.py)."""
+    if not any(getattr(st, "dtype", None) == "float16" or r.buffers.get(getattr(st, "buffer", None)) == "float16"
+               for st in body):
+        return None                       # no float16 here: skip the index analysis (compile time)
     hints = {**{s: VECTOR_LANES for s in sympy.sympify(trip_count).free_symbols}, **r.size_hints}
     if size_hint(sympy.sympify(trip_count), hints) < VECTOR_LANES:
         return None
