@@ -160,3 +160,38 @@ def test_batchnorm_relu_maxpool_nchw_vectorises(size):
     last = (size - 1) // 2
     assert (f"{inner} in [{last}, {last + 1})" in kernel) == (size % 2 == 1), kernel
     assert _unvectorised_simd_loops(tu) == []
+
+
+def test_float16_row_vectors_are_converted_once_with_the_same_results(monkeypatch, fresh_cache):
+    """A float16 LayerNorm's weight and bias are the same elements in every row: converted to float once
+    before the rows (hoist.row_invariant_half_loads), not again in each row. Same bits as converting them
+    in every row, on the F16C path and the portable one."""
+    from fuse_all_codegen_cpp import compiler, hoist
+    gen = torch.Generator().manual_seed(11)
+    ln = torch.nn.LayerNorm(771, dtype=torch.float16).requires_grad_(False)
+    ln.weight.copy_(torch.randn(771, generator=gen) + 1)
+    ln.bias.copy_(torch.randn(771, generator=gen))
+    x, y = (torch.randn(65, 771, generator=gen).half() for _ in range(2))
+
+    def fn(x, y):
+        return F.gelu(ln(x + y))
+
+    sources = []
+    real = compiler.compile_library
+
+    def spy(source, so, compiler_cmd=None, flags=None):
+        sources.append(source)
+        return real(source, so, compiler_cmd, flags)
+    monkeypatch.setattr(compiler, "compile_library", spy)
+    for flags in ("", "-DFA_NO_VEC"):
+        monkeypatch.setenv("FUSE_ALL_CXXFLAGS", flags)
+        outs = []
+        for limit in (hoist.ROW_CONVERT_MAX, 0):      # 0: every row converts them, as before
+            monkeypatch.setattr(hoist, "ROW_CONVERT_MAX", limit)
+            torch._dynamo.reset()
+            sources.clear()
+            outs.append(torch.compile(fn, backend="fuse_all", options={"fallback": False})(x, y))
+            converted_once = "converted once" in "".join(sources)
+            assert converted_once == bool(limit), (flags, limit)
+        assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)), flags
+    torch.testing.assert_close(outs[0], fn(x, y), atol=2e-2, rtol=1e-2)

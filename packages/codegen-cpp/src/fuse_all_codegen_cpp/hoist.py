@@ -8,12 +8,20 @@ loop they are plain scalars and the loop vectorises (`_ZGVeN16v_erff`).
 
 A hoisted load runs even when the loop would run zero times: `guard` (a C++ condition, the loop's trip
 count being positive) keeps it from reading past an empty buffer when that count is not known here.
+
+One level up: float16 loads of a row reduction that read the same elements in every row (LayerNorm's
+weight and bias) are converted once before the rows (`row_invariant_half_loads`).
 """
 from __future__ import annotations
 
 import sympy
 
-from fuse_all_ir.program import Compute, Const, IndexValue, Load, Reduce, Store
+from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Reduce, Store
+from fuse_all_ir.symbolic import rvar
+
+# a row-invariant float16 vector converted once per kernel: at most this many elements (64 KB of floats on the
+# calling thread's stack)
+ROW_CONVERT_MAX = 16384
 
 
 def loop_invariants(body, counters: set[sympy.Symbol], keep: set[str] = frozenset()) -> list:
@@ -52,3 +60,22 @@ def positive_guard(trip_count) -> str | None:
     if count.is_Integer and int(count) > 0:
         return None
     return f"({cpp_index(count)}) > 0"
+
+
+def row_invariant_half_loads(kernel: Kernel, buffers: dict[str, str]) -> dict[tuple, list[Load]]:
+    """The float16 loads of a row reduction (one reduction dim, rows in `outer`) whose index depends on the
+    reduction counter alone, grouped by (buffer, index): the same elements for every row, such as a float16
+    LayerNorm's weight and bias, which the phase would otherwise convert again in every row (~11 vector ops
+    per 16 elements on the portable path; render.py converts them once before the rows). Not for buffers
+    the kernel writes, nor rows of a size unknown here or beyond ROW_CONVERT_MAX."""
+    size = sympy.sympify(kernel.reduction[0]) if len(kernel.reduction) == 1 else None
+    if size is None or not kernel.outer or not size.is_Integer or not 0 < int(size) <= ROW_CONVERT_MAX:
+        return {}
+    found: dict[tuple, list[Load]] = {}
+    for loop in kernel.loops:
+        for st in loop.body if loop.over_reduction else ():
+            if (isinstance(st, Load) and buffers[st.buffer] == "float16" and st.mask is None
+                    and st.buffer not in kernel.outputs
+                    and sympy.sympify(st.index).free_symbols == {rvar(0)}):
+                found.setdefault((st.buffer, sympy.sympify(st.index)), []).append(st)
+    return found

@@ -33,13 +33,14 @@ from fuse_all_ir.vocabulary import is_float, is_positional
 from . import rules
 from .choices import CppChoices
 from .choices import numel as _numel, size_hint as _hint
-from .hoist import loop_invariants, positive_guard
+from .hoist import loop_invariants, positive_guard, row_invariant_half_loads
 from .index_printer import c_name, cpp_expr_type, cpp_index
 from .index_split import invariant_tests, split_ranges, with_values
 from fuse_all_ir.normalize import normalize
 from fuse_all_ir.welford import two_pass_form, welford_groups
 from .reuse import plan_reuse
 from .tiled import TiledLoops
+from .vector_loops import loop_vectors, vector_helpers, vector_loop
 from .welford_tiles import WelfordTiles, native_welford_ok
 
 PARALLEL_MIN_WORK = 32768      # below this many element-steps a kernel runs on the calling thread
@@ -101,6 +102,7 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         self.arrays: set[str] = set()               # values held per column of a tile (tiled reductions)
         self.reused: dict[str, tuple[int, str]] = {}  # value -> (scratch id, earlier value): see reuse.py
         self.staged: dict[str, str] = {}            # load -> where a tile block staged it (tiled.py)
+        self.converted: dict[str, str] = {}         # load -> the float array holding it converted (rows)
         self.staged_stores: dict[int, str] = {}     # id(store) -> the staging buffer it writes (tiled.py)
         self.load_guard: str | None = None          # loads hoisted before a loop that may run 0 times
 
@@ -129,7 +131,7 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         if isinstance(stmt, Load):
             ptr = self.staged.get(stmt.name) or f"{c_name(stmt.buffer)}[{cpp_index(stmt.index)}]"
             buf_dtype = self.buffers[stmt.buffer]
-            value = rules.LOAD_CONVERT.get(buf_dtype, "{}").format(ptr)
+            value = self.converted.get(stmt.name) or rules.LOAD_CONVERT.get(buf_dtype, "{}").format(ptr)
             value = rules.render_cast(value, buf_dtype, stmt.dtype)
             if stmt.mask is not None:
                 value = f"{self.ref(stmt.mask)} ? {value} : {rules.literal(stmt.other, stmt.dtype)}"
@@ -238,6 +240,13 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         sums = [r for r in reduces if is_float_sum(r)]
         elements = self.sum_block()
         block = self.block_dim(elements) if sums else None
+        # a phase over one dim whose sums need no blocks: explicit vectors too (vector_loops.py)
+        vectors = (loop_vectors(self, body, rvar(0), dims[0])
+                   if len(dims) == 1 and first_range is None and block is None else None)
+        if vectors is not None:
+            self.emit("#if FA_VEC")
+            vector_loop(self, body, rvar(0), 0, dims[0], vectors, None)
+            self.emit("#else")
         if block is not None:
             self.open(comment=f"float sums: blocks of ~{elements} elements, block sums combined pairwise")
             for r in sums:
@@ -269,6 +278,8 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             for r in sums:
                 self.emit(f"{_value(r.name)} = fa_cs_{_value(r.name)}.total();")
             self.close()
+        if vectors is not None:
+            self.emit("#endif")
 
     def sum_block(self) -> int:
         """Elements per block of a float sum: SUM_BLOCK when the innermost reduction dim fills the vector
@@ -328,9 +339,15 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         body = loop.body
         n = len(k.outer)
         clause = self.parallel_clause(_numel(k.outer))
+        vectors = loop_vectors(self, body, xvar(n - 1), k.outer[-1]) if n else None
         if n == 0:
             self.open()
         elif n == 1:
+            if vectors is not None:
+                self.emit("#if FA_VEC")
+                vector_loop(self, body, xvar(0), 0, k.outer[0], vectors,
+                            None if clause is None else f"#pragma omp parallel for{clause}")
+                self.emit("#else")
             self.outer_loops(1, "#pragma omp simd" if clause is None else f"#pragma omp parallel for simd{clause}")
         else:
             collapse = f" collapse({n - 1})" if n > 2 else ""
@@ -346,11 +363,18 @@ class KernelRenderer(TiledLoops, WelfordTiles):
                     self.close()
                 return
             body = self.hoist(body, {xvar(n - 1)}, positive_guard(k.outer[-1]))
+            if vectors is not None:
+                self.emit("#if FA_VEC")
+                vector_loop(self, body, xvar(n - 1), 0, k.outer[-1], vectors, None)
+                self.emit("#else")
             self.emit("#pragma omp simd")
             self.open(f"for (int64_t {xvar(n - 1)} = 0; {xvar(n - 1)} < {cpp_index(k.outer[-1])}; ++{xvar(n - 1)})")
         for stmt in body:
             self.statement(stmt)
-        for _ in range(max(n, 1)):
+        self.close()
+        if vectors is not None:
+            self.emit("#endif")
+        for _ in range(max(n, 1) - 1):
             self.close()
 
     def inner_simd_loop(self, body, lo, hi) -> None:
@@ -391,6 +415,14 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         n = len(k.outer)
         clause = self.parallel_clause(_numel(k.outer) * _numel(k.reduction))
         collapse = f" collapse({n})" if n > 1 else ""
+        for number, ((buf, index), loads) in enumerate(row_invariant_half_loads(k, self.buffers).items()):
+            size = cpp_index(k.reduction[0])
+            self.emit(f"float fa_rows_{number}[{size}];  // the same {c_name(buf)} elements in every row: "
+                      "converted once")
+            self.emit("#pragma omp simd")
+            self.emit(f"for (int64_t {rvar(0)} = 0; {rvar(0)} < {size}; ++{rvar(0)}) fa_rows_{number}[{rvar(0)}] = "
+                      f"{rules.LOAD_CONVERT['float16'].format(f'{c_name(buf)}[{cpp_index(index)}]')};")
+            self.converted.update({load.name: f"fa_rows_{number}[{rvar(0)}]" for load in loads})
         self.outer_loops(n, None if clause is None else f"#pragma omp parallel for{collapse}{clause}")
         if n == 0:
             self.open()
@@ -581,7 +613,8 @@ def tile_helpers() -> str:
 
 
 def helper_sources(kernels: list[str]) -> list[str]:
-    return [tile_helpers()] if any("fa_transpose8x8_b32(" in k for k in kernels) else []
+    return ([tile_helpers()] if any("fa_transpose8x8_b32(" in k for k in kernels) else []) + \
+        ([vector_helpers()] if any("#if FA_VEC" in k for k in kernels) else [])
 
 
 def render_kernel(kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, size_hints=None,
