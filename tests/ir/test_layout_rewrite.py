@@ -215,3 +215,31 @@ def test_incremental_propagation_follows_a_changed_layout_downstream():
     permuted = next(n for n in gm.graph.nodes if n.target is aten.permute.default)
     assert permuted.meta["val"].is_contiguous()               # NHWC all the way down: the permute is dense
     assert incremental == _fully_propagated(gm, values, mode)
+
+
+def test_backward_runs_again_only_what_its_restrided_inputs_change():
+    """`adopt_input_strides` on values of the inputs' own fake mode re-runs the restrided inputs' users only;
+    values of another mode are all derived again (they could not mix with the new inputs in an op)."""
+    def backward_with_bystander(grad, a, w, bias_grad):
+        gi, gw = backward_like(grad, a, w)
+        return gi, gw, bias_grad.sigmoid()
+    shapes = ((4, 128, 16, 16), (4, 96, 16, 16), (128, 96, 3, 3), (128,))
+    mode, values = _fake_cuda(*shapes)
+    gm = _trace(backward_with_bystander, mode, values)
+    bystander = next(n for n in gm.graph.nodes if n.target is aten.sigmoid.default)
+    kept = bystander.meta["val"]
+    with mode:
+        real = [values[0], values[1].contiguous(memory_format=torch.channels_last), *values[2:]]
+    assert adopt_input_strides(gm, real)
+    assert bystander.meta["val"] is kept                       # not downstream of the restrided input
+    assert _layouts(gm) == _fully_propagated(gm, real, mode)
+
+    gm = _trace(backward_with_bystander, mode, values)
+    other_mode, _ = _fake_cuda(*shapes)
+    with other_mode:
+        real = [torch.empty_strided(v.shape, v.stride(), device=v.device) for v in values]
+        real[1] = real[1].contiguous(memory_format=torch.channels_last)
+    bystander = next(n for n in gm.graph.nodes if n.target is aten.sigmoid.default)
+    kept = bystander.meta["val"]
+    assert adopt_input_strides(gm, real)
+    assert bystander.meta["val"] is not kept and bystander.meta["val"].fake_mode is other_mode
