@@ -235,3 +235,20 @@ def test_storage_elements_memo_and_pool_match_by_expanded_size():
     assert memory.storage_elements(listed) == 2
     pool = [("buf1", flat)]
     assert memory._pick(pool, spec, {"buf1"}, as_output=False) == "buf1" and pool == []
+
+
+def test_memoised_index_queries_of_tiling_and_rendering():
+    from fuse_all_codegen_triton.indexing import families, symbol_names
+    from fuse_all_ir.normalize import _has_division
+    from fuse_all_ir.tiling import contiguous_dim
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    r0 = ir.rvar(0)
+    for expr, names, fams in [(64 * x0 + x1, {"x0", "x1"}, {"x"}), (s0 * r0 + x0, {"s0", "r0", "x0"}, {"x", "r"}),
+                              (sympy.Integer(3), set(), set()), (sympy.Symbol("xs") + x1, {"xs", "x1"}, {"x"})]:
+        for _ in range(2):                                  # computed, then from the memo
+            assert symbol_names(expr) == names and families(expr) == fams
+    assert families(7) == frozenset()
+    for _ in range(2):
+        assert contiguous_dim(64 * x0 + x1, 2) == 1 and contiguous_dim(x0 + 64 * x1, 2) == 0
+        assert contiguous_dim(2 * x0 + 64 * x1, 2) is None and contiguous_dim(x0 + 64 * x1, 1) == 0
+        assert _has_division(x0 / 2 + x1) and not _has_division(x0 * 2 + x1)

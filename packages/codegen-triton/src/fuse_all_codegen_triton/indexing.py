@@ -185,7 +185,17 @@ def is_index_var(sym) -> bool:
 
 def families(expr) -> frozenset:
     """Which index families ("x", "r") an expression depends on."""
-    return frozenset(s.name[0] for s in sympy.sympify(expr).free_symbols if is_index_var(s))
+    return frozenset(name[0] for name in symbol_names(expr) if name[:1] in ("x", "r") and name[1:].isdigit())
+
+
+def symbol_names(expr) -> frozenset:
+    """The names of an expression's free symbols."""
+    return _symbol_names(sympy.sympify(expr))
+
+
+@functools.lru_cache(maxsize=1 << 16)   # the renderer asks for every load's and store's index several times
+def _symbol_names(expr) -> frozenset:
+    return frozenset(s.name for s in expr.free_symbols)
 
 
 def derive_index_vars(family: str, sizes, used: set) -> list[tuple[str, str]]:

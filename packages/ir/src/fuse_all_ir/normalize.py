@@ -138,6 +138,7 @@ def merge(kernel: Kernel) -> Kernel:
     return kernel
 
 
+@functools.lru_cache(maxsize=1 << 14)     # every index of every merge candidate, the same ones again
 def _has_division(expr) -> bool:
     return any((isinstance(a, sympy.Pow) and a.exp.is_negative) or (a.is_Rational and not a.is_Integer)
                for a in sympy.preorder_traversal(expr))
