@@ -243,3 +243,23 @@ def test_backward_runs_again_only_what_its_restrided_inputs_change():
     kept = bystander.meta["val"]
     assert adopt_input_strides(gm, real)
     assert bystander.meta["val"] is not kept and bystander.meta["val"].fake_mode is other_mode
+
+
+def test_incremental_propagation_keeps_the_values_of_unchanged_inputs():
+    """Inputs whose example values have their nodes' layouts keep their values (no new snapshot for each of a
+    ResNet's ~270 parameters); one with a new layout gets a value of it, and its users run again."""
+    from fuse_all_ir.layout_propagation import IncrementalFakeTensorProp
+
+    def two_inputs(x, y):
+        return x.relu(), y.sigmoid()
+    mode, values = _fake_cuda((4, 8, 6, 6), (4, 8, 6, 6))
+    gm = _trace(two_inputs, mode, values)
+    x, y = gm.graph.find_nodes(op="placeholder")
+    kept_x, kept_y = x.meta["val"], y.meta["val"]
+    IncrementalFakeTensorProp(gm, mode, []).propagate_dont_convert_inputs(*values)
+    assert x.meta["val"] is kept_x and y.meta["val"] is kept_y
+    with mode:
+        restrided = [values[0], values[1].contiguous(memory_format=torch.channels_last)]
+    IncrementalFakeTensorProp(gm, mode, []).propagate_dont_convert_inputs(*restrided)
+    assert x.meta["val"] is kept_x and _is_nhwc(y.meta["val"])
+    assert _layouts(gm) == _fully_propagated(gm, restrided, mode)
