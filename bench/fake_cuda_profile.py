@@ -12,7 +12,9 @@ tensors are not timed (Dynamo and AOTAutograd run before the backend; on a GPU t
 `host_load` imports the host program: without a GPU its launchers start no Triton compiles, so it is the
 module's own cost only. `--trees NAME=CHECKOUT,...` runs `--processes` rounds of one new process per tree,
 alternating, with that checkout's sources first on PYTHONPATH (this script's bench folder supplies the
-workloads and the capture), and prints each phase's median with every round's value.
+workloads and the capture), and prints each phase's median with every round's value. On a shared machine
+the seconds move by 10-20% between processes; `--calls` adds one process per tree that counts the steps'
+Python function calls under cProfile, a measure of the work done that the load does not move.
 """
 from __future__ import annotations
 
@@ -34,8 +36,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 PHASES = ("layout", "lowering", "fusion_schedule", "render", "host_load")
 
 
-def profile_once(workload: str, profile: str | None, top: int) -> dict[str, float]:
-    """Capture `workload`, then run every graph through the backend's steps for CUDA; {phase: CPU s}."""
+def profile_once(workload: str, profile: str | None, top: int, count_calls: bool = False) -> dict[str, float]:
+    """Capture `workload`, then run every graph through the backend's steps for CUDA; {phase: CPU s}, and
+    with `count_calls` the Python function calls the steps made ("calls": a measure of work that does not
+    move with the machine's load, unlike the seconds; the profiler inflates those)."""
     import fuse_all_ir as ir
     from fuse_all import backend
     from fake_cuda_dump import move_to_cuda, output_strides
@@ -48,7 +52,7 @@ def profile_once(workload: str, profile: str | None, top: int) -> dict[str, floa
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     ir.compile_timing.reset()
     ir.compile_timing._clock = time.process_time
-    profiler = cProfile.Profile() if profile else None   # its default clock: process_time costs a system call per event
+    profiler = cProfile.Profile() if profile or count_calls else None   # its default clock: process_time costs a system call per event
     saved_strides: dict = {}
     host_dir = tempfile.mkdtemp(prefix="fa_fake_cuda_profile_")
     for graph in graphs:
@@ -61,13 +65,16 @@ def profile_once(workload: str, profile: str | None, top: int) -> dict[str, floa
             profiler.disable()
         if graph.kind == "forward":
             saved_strides = {k: v for k, v in output_strides(graph.graph_module).items() if traced.get(k) != v}
-    if profiler:
+    if profile:
         profiler.dump_stats(profile)
         for order in ("cumulative", "tottime"):
             print(f"---- top {top} by {order} ({profile})")
             pstats.Stats(profile).sort_stats(order).print_stats(top)
     phases = ir.compile_timing.snapshot()
-    return {k: phases.get(k, 0.0) for k in PHASES}
+    result = {k: phases.get(k, 0.0) for k in PHASES}
+    if count_calls:
+        result["calls"] = pstats.Stats(profiler).total_calls
+    return result
 
 
 def _compile(graph, opts, backend, ir, host_dir: str) -> None:
@@ -94,29 +101,38 @@ def _tree_pythonpath(checkout: str) -> str:
     return os.pathsep.join(paths)
 
 
-def compare_trees(workload: str, trees: list[tuple[str, str]], processes: int) -> None:
-    """`processes` rounds of one new process per tree, alternating; medians per phase."""
+def _run(workload: str, checkout: str, *flags: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=_tree_pythonpath(checkout))
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), workload, "--json", *flags], env=env,
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def compare_trees(workload: str, trees: list[tuple[str, str]], processes: int, count_calls: bool) -> None:
+    """`processes` rounds of one new process per tree, alternating; medians (and minima) per phase. With
+    `count_calls`, one more process per tree under cProfile counts the function calls of the steps."""
     runs: dict[str, list[dict]] = {name: [] for name, _ in trees}
     loads = []
     for round_ in range(processes):
         for name, checkout in trees:
-            env = dict(os.environ, PYTHONPATH=_tree_pythonpath(checkout))
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), workload, "--json"], env=env,
-                                 check=True, capture_output=True, text=True).stdout
-            result = json.loads(out.strip().splitlines()[-1])
+            result = _run(workload, checkout)
             runs[name].append(result)
             loads.append(os.getloadavg()[0])
             print(f"round {round_ + 1} {name}: " + ", ".join(f"{k} {result[k]:.3f}" for k in (*PHASES, "total")),
                   flush=True)
-    print(f"\n{workload}: CPU s per phase, median of {processes} new processes per tree (each round's value); "
-          f"load average (1 min) {min(loads):.2f}-{max(loads):.2f}")
-    print("| tree | " + " | ".join((*PHASES, "total")) + " |")
-    print("|---" * (len(PHASES) + 2) + "|")
+    calls = {name: _run(workload, checkout, "--calls")["calls"] for name, checkout in trees} if count_calls else {}
+    print(f"\n{workload}: CPU s per phase, median of {processes} new processes per tree (each round's value), "
+          f"min of the totals; load average (1 min) {min(loads):.2f}-{max(loads):.2f}")
+    print("| tree | " + " | ".join((*PHASES, "total", "min total")) + (" | function calls |" if calls else " |"))
+    print("|---" * (len(PHASES) + 3 + bool(calls)) + "|")
     for name, _ in trees:
         cells = []
         for k in (*PHASES, "total"):
             values = [r[k] for r in runs[name]]
             cells.append(f"{statistics.median(values):.3f} ({', '.join(f'{v:.2f}' for v in values)})")
+        cells.append(f"{min(r['total'] for r in runs[name]):.3f}")
+        if calls:
+            cells.append(f"{calls[name]:,}")
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
@@ -128,18 +144,21 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="print the phases as one JSON line")
     parser.add_argument("--trees", help="NAME=CHECKOUT,...: compare checkouts in alternating new processes")
     parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--calls", action="store_true",
+                        help="count the steps' Python function calls (under cProfile: a load-independent measure)")
     args = parser.parse_args(argv)
     os.environ.setdefault("FUSE_ALL_COMPILE_WORKERS", "threads")   # nothing compiles here: no GPU
     if args.trees:
         trees = [tuple(t.split("=", 1)) for t in args.trees.split(",")]
-        compare_trees(args.workload, trees, args.processes)
+        compare_trees(args.workload, trees, args.processes, args.calls)
         return 0
-    phases = profile_once(args.workload, args.profile, args.top)
-    phases["total"] = sum(phases.values())
+    phases = profile_once(args.workload, args.profile, args.top, args.calls)
+    phases["total"] = sum(phases[k] for k in PHASES)
     if args.json:
         print(json.dumps(phases))
     else:
-        print(f"{args.workload}: " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()) + " CPU s; load average "
+        print(f"{args.workload}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                               for k, v in phases.items()) + " CPU s; load average "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
