@@ -50,7 +50,9 @@ class IncrementalFakeTensorProp(FakeTensorProp):
             value = torch.fx.Interpreter.run_node(self, n)     # the input, without FakeTensorProp's snapshot
             if old is not None and _layout(old) == _layout(value):
                 return value          # its value stays (a ResNet-50 graph has ~270 inputs: a snapshot each)
-            self.args_iter = itertools.chain([value], self.args_iter)   # FakeTensorProp takes it again
+            # FakeTensorProp takes it again (a `*args` placeholder took every remaining input as a list)
+            again = value if str(n.target).startswith("*") else [value]
+            self.args_iter = itertools.chain(again, self.args_iter)
             self._changed.add(n)
             return super().run_node(n)
         if n.op == "output":          # it has no value
