@@ -147,3 +147,108 @@ def test_sizes_equal_is_expanded_equality():
              (sympy.Float(0.5) * s0, s0 / 2), (s0 / 2, sympy.Rational(1, 2) * s0)]
     for x, y in pairs + pairs[::-1]:
         assert sizes_equal(x, y) == (sympy.expand(sympy.sympify(x) - sympy.sympify(y)) == 0), (x, y)
+
+
+# ---- fake-CUDA compile-time work (session 9): memos and a fast path with the plain computation's answers
+
+def test_affine_stride_fast_path_is_what_diff_gives():
+    from fuse_all_ir.normalize import _affine_stride, _linear_step
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    x2 = ir.xvar(2)
+    exprs = [x0, 3 * x0 + x1, 200704 * x0 + 64 * x1 + x2 + 7, s0 * x0 + 2 * s0 * x1, (s0 + 1) * x0 + x1,
+             sympy.Rational(1, 2) * x0, 2 * (s0 + 3) * x0 * x1 + x0, x0 * x0 + x1, x0**2, ir.FloorDiv(x0, 4) + x1,
+             ir.ModularIndexing(x0, 1, 8) * 3 + x0, 5 + s0, sympy.Float(0.5) * x0 + 1]
+    for expr in exprs:
+        for var in (x0, x1, x2):
+            step = _linear_step(expr, var)
+            if step is not None:     # where it answers, it is diff's expression, term for term
+                assert sympy.srepr(step) == sympy.srepr(sympy.diff(expr, var)), (expr, var)
+    assert _linear_step(x0 * x0 + x1, x0) is None and _linear_step(ir.FloorDiv(x0, 4), x0) is None
+    _affine_stride.cache_clear()
+    assert affine_stride(ir.FloorDiv(x0, 4) + x1, x0) is None       # diff's route: x0 inside a function
+    assert affine_stride(x0 * x0 + x1, x0, {x0}) is None
+    assert affine_stride(s0 * x0 + 2 * s0 * x1, x1) == 2 * s0
+
+
+def _index_bounds_uncached(kernel):
+    """The bounds as computed before the memo (codegen-triton indexing.index_bounds of 4ae0bf6)."""
+    from fuse_all_codegen_triton.indexing import _abs_bound
+    from fuse_all_ir.program import IndexValue, Load, Store
+    var_max = {ir.xvar(i): n - 1 for i, n in enumerate(kernel.outer)}
+    var_max.update({ir.rvar(i): n - 1 for i, n in enumerate(kernel.reduction)})
+    exprs = [sympy.Mul(*kernel.outer), sympy.Mul(*kernel.reduction), *kernel.size_symbols]
+    for st in kernel.statements():
+        if isinstance(st, (Load, Store)):
+            exprs.append(st.index)
+        elif isinstance(st, IndexValue):
+            expr = sympy.sympify(st.expr)
+            exprs += list(expr.args) if isinstance(expr, sympy.core.relational.Relational) else [expr]
+    seen: list = []
+    for e in exprs:
+        seen.append(_abs_bound(sympy.expand(sympy.sympify(e)), var_max, seen))
+    unique = []
+    for b in seen:
+        b = sympy.expand(b)
+        if b not in unique:
+            unique.append(b)
+    return unique
+
+
+def test_index_bounds_memo_gives_the_uncached_bounds():
+    from fuse_all_codegen_triton.indexing import index_bounds
+    from fuse_all_ir.program import Kernel, Load, Loop, Store
+    from fuse_all_ir.symbolic import free_size_symbols
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+
+    def kernel(outer, index, reduction=()):
+        body = [Load("t0", "buf0", index, "float32"), Store("buf1", x0, "t0")]
+        return Kernel("k", outer, reduction, [Loop(False, body)], ("buf0",), ("buf1",),
+                      tuple(sorted(free_size_symbols(sympy.Mul(*outer, index)), key=str)))
+    cases = [kernel((sympy.Integer(8), sympy.Integer(64)), 64 * x0 + x1),
+             kernel((s0, sympy.Integer(64)), 64 * x0 + x1),                      # same index, other ranges
+             kernel((sympy.Integer(8), s0), s0 * x0 + x1 - 1),
+             kernel((sympy.Integer(4), sympy.Integer(4)), ir.FloorDiv(x0 * 4 + x1, 3) * 2),
+             kernel((sympy.Integer(8), sympy.Integer(64)), 64 * x0 + x1)]        # again: from the memo
+    for k in cases:
+        assert index_bounds(k) == _index_bounds_uncached(k)
+
+
+def test_injectivity_memo_answers_per_space_and_hints():
+    from fuse_all_ir import in_place
+    s0, s1 = sympy.Symbol("s0", integer=True, positive=True), sympy.Symbol("s1", integer=True, positive=True)
+    cases = [(4 * x0 + x1, (x0, x1), (4, 4), {}), (4 * x0 + x1, (x0, x1), (4, 5), {}),
+             (s0 * x0 + s1 * x1, (x0, x1), (3, 3), {s0: 2, s1: 100}),
+             (s0 * x0 + s1 * x1, (x0, x1), (3, 3), {s0: 100, s1: 2})]   # hints order the strides differently
+    for index, variables, extents, hints in cases + cases:
+        memo = in_place._not_injective_memo(index, variables, extents, tuple(hints.items()))
+        assert memo == in_place._not_injective(index, list(variables), list(extents), hints), (index, extents, hints)
+
+
+def test_storage_elements_memo_and_pool_match_by_expanded_size():
+    from fuse_all_ir import memory
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    spec = ir.TensorSpec("float32", (s0, sympy.Integer(3)), (sympy.Integer(3), sympy.Integer(1)), sympy.Integer(0))
+    flat = ir.TensorSpec("float32", (3 * s0,), (sympy.Integer(1),), sympy.Integer(0))
+    assert memory.storage_elements(spec) == memory._storage_elements(spec) == 3 * s0
+    assert memory.storage_elements(spec) == 3 * s0                                   # again, from the memo
+    listed = ir.TensorSpec("float32", [sympy.Integer(2)], [sympy.Integer(1)], sympy.Integer(0))   # unhashable
+    assert memory.storage_elements(listed) == 2
+    pool = [("buf1", flat)]
+    assert memory._pick(pool, spec, {"buf1"}, as_output=False) == "buf1" and pool == []
+
+
+def test_memoised_index_queries_of_tiling_and_rendering():
+    from fuse_all_codegen_triton.indexing import families, symbol_names
+    from fuse_all_ir.normalize import _has_division
+    from fuse_all_ir.tiling import contiguous_dim
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    r0 = ir.rvar(0)
+    for expr, names, fams in [(64 * x0 + x1, {"x0", "x1"}, {"x"}), (s0 * r0 + x0, {"s0", "r0", "x0"}, {"x", "r"}),
+                              (sympy.Integer(3), set(), set()), (sympy.Symbol("xs") + x1, {"xs", "x1"}, {"x"})]:
+        for _ in range(2):                                  # computed, then from the memo
+            assert symbol_names(expr) == names and families(expr) == fams
+    assert families(7) == frozenset()
+    for _ in range(2):
+        assert contiguous_dim(64 * x0 + x1, 2) == 1 and contiguous_dim(x0 + 64 * x1, 2) == 0
+        assert contiguous_dim(2 * x0 + 64 * x1, 2) is None and contiguous_dim(x0 + 64 * x1, 1) == 0
+        assert _has_division(x0 / 2 + x1) and not _has_division(x0 * 2 + x1)

@@ -251,3 +251,51 @@ def test_a_backward_whose_gradient_is_nchw_gets_no_image_copy():
     assert adopt_input_strides(gm, real)
     conv_backward = next(n for n in gm.graph.nodes if n.target is aten.convolution_backward.default)
     assert conv_backward.args[1].op == "placeholder"
+
+
+def test_backward_runs_again_only_what_its_restrided_inputs_change():
+    """`adopt_input_strides` on values of the inputs' own fake mode re-runs the restrided inputs' users only;
+    values of another mode are all derived again (they could not mix with the new inputs in an op)."""
+    def backward_with_bystander(grad, a, w, bias_grad):
+        gi, gw = backward_like(grad, a, w)
+        return gi, gw, bias_grad.sigmoid()
+    shapes = ((4, 128, 16, 16), (4, 96, 16, 16), (128, 96, 3, 3), (128,))
+    mode, values = _fake_cuda(*shapes)
+    gm = _trace(backward_with_bystander, mode, values)
+    bystander = next(n for n in gm.graph.nodes if n.target is aten.sigmoid.default)
+    kept = bystander.meta["val"]
+    with mode:
+        real = [values[0], values[1].contiguous(memory_format=torch.channels_last), *values[2:]]
+    assert adopt_input_strides(gm, real)
+    assert bystander.meta["val"] is kept                       # not downstream of the restrided input
+    assert _layouts(gm) == _fully_propagated(gm, real, mode)
+
+    gm = _trace(backward_with_bystander, mode, values)
+    other_mode, _ = _fake_cuda(*shapes)
+    with other_mode:
+        real = [torch.empty_strided(v.shape, v.stride(), device=v.device) for v in values]
+        real[1] = real[1].contiguous(memory_format=torch.channels_last)
+    bystander = next(n for n in gm.graph.nodes if n.target is aten.sigmoid.default)
+    kept = bystander.meta["val"]
+    assert adopt_input_strides(gm, real)
+    assert bystander.meta["val"] is not kept and bystander.meta["val"].fake_mode is other_mode
+
+
+def test_incremental_propagation_keeps_the_values_of_unchanged_inputs():
+    """Inputs whose example values have their nodes' layouts keep their values (no new snapshot for each of a
+    ResNet's ~270 parameters); one with a new layout gets a value of it, and its users run again."""
+    from fuse_all_ir.layout_propagation import IncrementalFakeTensorProp
+
+    def two_inputs(x, y):
+        return x.relu(), y.sigmoid()
+    mode, values = _fake_cuda((4, 8, 6, 6), (4, 8, 6, 6))
+    gm = _trace(two_inputs, mode, values)
+    x, y = gm.graph.find_nodes(op="placeholder")
+    kept_x, kept_y = x.meta["val"], y.meta["val"]
+    IncrementalFakeTensorProp(gm, mode, []).propagate_dont_convert_inputs(*values)
+    assert x.meta["val"] is kept_x and y.meta["val"] is kept_y
+    with mode:
+        restrided = [values[0], values[1].contiguous(memory_format=torch.channels_last)]
+    IncrementalFakeTensorProp(gm, mode, []).propagate_dont_convert_inputs(*restrided)
+    assert x.meta["val"] is kept_x and _is_nhwc(y.meta["val"])
+    assert _layouts(gm) == _fully_propagated(gm, restrided, mode)

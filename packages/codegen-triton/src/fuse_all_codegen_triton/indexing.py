@@ -185,7 +185,17 @@ def is_index_var(sym) -> bool:
 
 def families(expr) -> frozenset:
     """Which index families ("x", "r") an expression depends on."""
-    return frozenset(s.name[0] for s in sympy.sympify(expr).free_symbols if is_index_var(s))
+    return frozenset(name[0] for name in symbol_names(expr) if name[:1] in ("x", "r") and name[1:].isdigit())
+
+
+def symbol_names(expr) -> frozenset:
+    """The names of an expression's free symbols."""
+    return _symbol_names(sympy.sympify(expr))
+
+
+@functools.lru_cache(maxsize=1 << 16)   # the renderer asks for every load's and store's index several times
+def _symbol_names(expr) -> frozenset:
+    return frozenset(s.name for s in expr.free_symbols)
 
 
 def derive_index_vars(family: str, sizes, used: set) -> list[tuple[str, str]]:
@@ -248,15 +258,21 @@ def index_bounds(kernel: Kernel) -> list:
             expr = sympy.sympify(st.expr)
             # a comparison (a chunk's row bound) computes its two sides
             exprs += list(expr.args) if isinstance(expr, sympy.core.relational.Relational) else [expr]
-    seen: list = []
+    ranges = tuple(var_max.items())
+    unique: dict = {}     # insertion-ordered set
     for e in exprs:
-        seen.append(_abs_bound(sympy.expand(sympy.sympify(e)), var_max, seen))
-    unique = []
-    for b in seen:
-        b = sympy.expand(b)
-        if b not in unique:
-            unique.append(b)
-    return unique
+        unique.update(dict.fromkeys(_expr_bounds(sympy.sympify(e), ranges)))
+    return list(unique)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _expr_bounds(expr, ranges: tuple) -> tuple:
+    """The expanded bounds of `expr`'s intermediates, then of `expr`, with the index variables in `ranges`
+    ((var, max) pairs). Memoised: the kernels of a graph repeat their indices and loop ranges (ResNet's
+    blocks, BERT's layers), and expanding every bound was a third of rendering a kernel."""
+    seen: list = []
+    seen.append(_abs_bound(sympy.expand(expr), dict(ranges), seen))
+    return tuple(sympy.expand(b) for b in seen)
 
 
 def choose_index_dtype(kernel: Kernel, hints: dict) -> tuple[str, str | None]:

@@ -34,8 +34,8 @@ from . import configs as cfgs
 from . import reductions as red
 from .choices import TritonChoices
 from ._triton_compat import pointer_type
-from .indexing import (DEFAULT_SIZE_HINT, choose_index_dtype, derive_index_vars, families, triton_expr_type,
-                       triton_index)
+from .indexing import (DEFAULT_SIZE_HINT, choose_index_dtype, derive_index_vars, families, symbol_names,
+                       triton_expr_type, triton_index)
 from .rules import literal, render_cast, render_compute, tl_type
 
 INDENT = "    "
@@ -198,7 +198,7 @@ class _Writer:
     def families(self, expr) -> frozenset:
         if self.tile is None:
             return families(expr)
-        names = {s.name for s in sympy.sympify(expr).free_symbols}
+        names = symbol_names(expr)
         return frozenset(f for name, f in self.tile_family.items() if name in names)
 
     def shape(self, fam: frozenset) -> str:
@@ -269,7 +269,7 @@ class _Writer:
         for st in stmts:
             expr = getattr(st, "index", None) if not isinstance(st, IndexValue) else st.expr
             if expr is not None:
-                used |= {s.name for s in sympy.sympify(expr).free_symbols if s.name.startswith(family)}
+                used |= {name for name in symbol_names(expr) if name.startswith(family)}
         return used
 
     def header(self) -> None:

@@ -22,6 +22,7 @@ overwrites it. Checked on the rewritten kernel, for the output `o`:
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import sympy
 
@@ -51,7 +52,18 @@ def refusal(kernel: Kernel, output: str, hints: dict | None = None) -> str | Non
     if kernel.loops[phase].over_reduction:
         over += [rvar(i) for i in range(len(kernel.reduction))]
         extents += list(kernel.reduction)
-    return _not_injective(index, over, extents, hints or {})
+    hints = hints or {}
+    try:
+        return _not_injective_memo(index, tuple(over), tuple(extents), tuple(hints.items()))
+    except TypeError:    # something unhashable: prove it unmemoised
+        return _not_injective(index, over, extents, hints)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _not_injective_memo(index, variables: tuple, extents: tuple, hints: tuple) -> str | None:
+    # the memory plan asks once per donor candidate and the validator again, and a graph's kernels repeat
+    # (ResNet's blocks): the same store index over the same space, each proof a few sympy expansions
+    return _not_injective(index, variables, extents, dict(hints))
 
 
 def _not_injective(index: sympy.Expr, variables, extents, hints: dict) -> str | None:

@@ -65,15 +65,17 @@ def _output_strides(gm: torch.fx.GraphModule) -> list:
     return [tuple(v.stride()) if (v := _tensor(a)) is not None else None for a in _outputs(gm)]
 
 
-def _propagate(gm: torch.fx.GraphModule, example_inputs, fake_mode, inserted: list | None = None) -> None:
+def _propagate(gm: torch.fx.GraphModule, example_inputs, fake_mode, inserted: list | None = None,
+               incremental: bool = False) -> None:
     """Fake-tensor values for the graph's nodes. `inserted`: only these new nodes changed the graph since the
     last propagation, so only they and the nodes whose inputs' values they change are run again (a ResNet-50
-    training backward has ~1000 ops; a weight or output clone changes a handful)."""
+    training backward has ~1000 ops; a weight or output clone changes a handful); none inserted: nothing to
+    run, unless `incremental` (inputs whose layout changed, and what they change, run again)."""
     from .layout_propagation import IncrementalFakeTensorProp
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     if inserted is None:
         FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*example_inputs)
-    elif inserted:
+    elif inserted or incremental:
         IncrementalFakeTensorProp(gm, fake_mode, inserted).propagate_dont_convert_inputs(*example_inputs)
 
 
@@ -218,7 +220,11 @@ def adopt_input_strides(gm: torch.fx.GraphModule, example_inputs) -> bool:
     if fake_mode is None:
         raise ValueError("the backward's example inputs have new strides but are not fake tensors of one mode")
     before = _output_strides(gm)
-    _propagate(gm, example_inputs, fake_mode)
+    from .layout_propagation import values_in_mode
+    if values_in_mode(gm, fake_mode):     # only what the restrided inputs change runs again
+        _propagate(gm, example_inputs, fake_mode, inserted=[], incremental=True)
+    else:
+        _propagate(gm, example_inputs, fake_mode)
     _propagate(gm, example_inputs, fake_mode, inserted=_channels_last_backward_inputs(gm))
     _propagate(gm, example_inputs, fake_mode, inserted=_channels_last_weights(gm))
     restored: list = []

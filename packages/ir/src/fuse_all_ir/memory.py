@@ -25,6 +25,8 @@ with exactly its layout, so what the caller receives is indistinguishable from a
 """
 from __future__ import annotations
 
+import functools
+
 import sympy
 
 from . import in_place
@@ -34,6 +36,18 @@ from .symbolic import sizes_equal
 
 def storage_elements(spec: TensorSpec) -> sympy.Expr:
     """Elements an allocation of `spec` spans (0 for an empty tensor)."""
+    try:
+        return _storage_elements_memo(spec)
+    except TypeError:      # a spec holding a list: unhashable
+        return _storage_elements(spec)
+
+
+@functools.lru_cache(maxsize=1 << 14)   # the pool is searched at every allocation, the same specs each time
+def _storage_elements_memo(spec: TensorSpec) -> sympy.Expr:
+    return _storage_elements(spec)
+
+
+def _storage_elements(spec: TensorSpec) -> sympy.Expr:
     size = [sympy.sympify(n) for n in spec.size]
     if any(n == 0 for n in size):
         return sympy.Integer(0)
@@ -201,7 +215,7 @@ def _pick(pool, spec: TensorSpec, own: set[str], as_output: bool) -> str | None:
             break
         if compatible is None and not as_output and name in own:
             elements = storage_elements(spec) if elements is None else elements
-            if sympy.expand(storage_elements(donor) - elements) == 0:
+            if sizes_equal(storage_elements(donor), elements):
                 compatible = index
     index = exact if exact is not None else compatible
     if index is None:

@@ -66,11 +66,35 @@ def affine_stride(expr, var, index_vars=None) -> sympy.Expr | None:
 def _affine_stride(expr, var, index_vars: frozenset) -> sympy.Expr | None:
     if var not in expr.free_symbols:
         return sympy.Integer(0)
-    for sub in sympy.preorder_traversal(expr):
-        if isinstance(sub, sympy.Function) and var in sub.free_symbols:
-            return None
-    step = sympy.diff(expr, var)
+    step = _linear_step(expr, var)
+    if step is None:
+        for sub in sympy.preorder_traversal(expr):
+            if isinstance(sub, sympy.Function) and var in sub.free_symbols:
+                return None
+        step = sympy.diff(expr, var)
     return None if step.free_symbols & ({var} | index_vars) else step
+
+
+def _linear_step(expr, var) -> sympy.Expr | None:
+    """d expr / d var without `sympy.diff`, when every term of `expr` is free of `var`, is `var`, or is a
+    product with `var` as one plain factor beside factors free of it (a strided address: nearly every
+    index); None otherwise. The same product and sum as `diff`'s (the Leibniz rule of
+    `Mul._eval_derivative_n_times`: the product of the factors with `var` replaced by 1) at a tenth of its
+    cost."""
+    steps = []
+    for term in sympy.Add.make_args(expr):
+        if term == var:
+            steps.append(sympy.S.One)
+        elif var not in term.free_symbols:
+            continue
+        elif term.is_Mul and term.args.count(var) == 1:
+            factors = [sympy.S.One if f == var else f for f in term.args]
+            if any(var in f.free_symbols for f in factors):
+                return None
+            steps.append(sympy.Mul(*factors))
+        else:
+            return None
+    return sympy.Add(*steps)
 
 
 def _mergeable(kernel: Kernel, sizes, var, i: int, all_vars) -> bool:
@@ -114,6 +138,7 @@ def merge(kernel: Kernel) -> Kernel:
     return kernel
 
 
+@functools.lru_cache(maxsize=1 << 14)     # every index of every merge candidate, the same ones again
 def _has_division(expr) -> bool:
     return any((isinstance(a, sympy.Pow) and a.exp.is_negative) or (a.is_Rational and not a.is_Integer)
                for a in sympy.preorder_traversal(expr))

@@ -22,6 +22,7 @@ tile (Triton autotunes among its own configs), but not the dims.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import sympy
@@ -76,9 +77,14 @@ def _next_power_of_2(n: int) -> int:
 
 def contiguous_dim(index, n_outer: int) -> int | None:
     """The outer dim along which `index` moves by exactly one element, or None."""
+    return _contiguous_dim(sympy.sympify(index), n_outer)
+
+
+@functools.lru_cache(maxsize=1 << 14)   # every store and load of every kernel, twice or three times each
+def _contiguous_dim(index, n_outer: int) -> int | None:
     all_vars = {xvar(i) for i in range(n_outer)}
     for i in range(n_outer):
-        if xvar(i) in sympy.sympify(index).free_symbols and affine_stride(index, xvar(i), all_vars) == 1:
+        if xvar(i) in index.free_symbols and affine_stride(index, xvar(i), all_vars) == 1:
             return i
     return None
 
