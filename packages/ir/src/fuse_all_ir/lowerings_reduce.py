@@ -259,8 +259,8 @@ def _batch_norm_inference(g, x, weight, bias, running_mean, running_var, momentu
     """Inference batch norm as one pointwise map, computed as torch's decomposition computes it (the same
     bits as the decomposed graph): (x - mean) * rsqrt(var + eps) * weight + bias in the accumulation dtype
     (torch 2.11's decomposition divides by sqrt instead; both round to within an ulp). It reaches the IR as
-    one op (fuse_all_capture keeps it out of the decomposition table): decomposed, each of ResNet-50's 53
-    batch norms was ~14 nodes that AOTAutograd traced, the layout pass propagated and the lowering walked.
+    one op: the backend drops the ops lowered here from the decomposition table, and fuse_all_capture's own
+    table keeps this one too.
     The second and third results are what ATen returns for the device: empty on CPU, the running mean and
     the inverse standard deviation elsewhere."""
     acc = _acc_dtype(x.dtype)
