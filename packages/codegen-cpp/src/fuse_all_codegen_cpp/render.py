@@ -238,6 +238,8 @@ class KernelRenderer(TiledLoops, WelfordTiles):
         invariant = self.invariant_sums(body, reduces, first_range)
         body = [st for st in body if not any(st is r for r in invariant)]
         reduces = [r for r in reduces if not any(r is i for i in invariant)]
+        if not body:                # nothing left to loop over
+            return
         sums = [r for r in reduces if is_float_sum(r)]
         elements = self.sum_block()
         block = self.block_dim(elements) if sums else None
