@@ -257,6 +257,9 @@ class Generator(PointwiseOps, ShapeOps):
         clamped_slice = self.clamped_slice_output()   # after both, for the same reason
         if clamped_slice is not None:
             outs.append(clamped_slice)
+        broadcast_sum = self.broadcast_sum_output()   # after those, for the same reason
+        if broadcast_sum is not None:
+            outs.append(broadcast_sum)
         return Program(self.seed, self.index, self.inputs, self.lines, [o.name for o in outs],
                        dynamic=self.dynamic, train=self.train, tags=self.tags,
                        exact_names={v.name for v in self.vals if v.exact})

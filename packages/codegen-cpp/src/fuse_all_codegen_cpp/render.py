@@ -235,11 +235,6 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             inner = positive_guard(_numel(dims[1:]))
             guard = f"({first_range[1]}) > ({first_range[0]})" + (f" && {inner}" if inner else "")
         body = self.hoist(body, {rvar(i) for i in range(len(dims))}, guard)
-        invariant = self.invariant_sums(body, reduces, first_range)
-        body = [st for st in body if not any(st is r for r in invariant)]
-        reduces = [r for r in reduces if not any(r is i for i in invariant)]
-        if not body:                # nothing left to loop over
-            return
         sums = [r for r in reduces if is_float_sum(r)]
         elements = self.sum_block()
         block = self.block_dim(elements) if sums else None
@@ -274,31 +269,6 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             for r in sums:
                 self.emit(f"{_value(r.name)} = fa_cs_{_value(r.name)}.total();")
             self.close()
-
-    def invariant_sums(self, body, reduces: list[Reduce], first_range: tuple[str, str] | None) -> list[Reduce]:
-        """Float sums whose summand does not depend on the reduction (read through stride-0 dims: the
-        backward of a broadcast sums an expanded gradient): each is emitted here as summand x count, one
-        rounding, and left out of the loops. Added up in the loops, the same value ran through chains of
-        1024 additions per vector lane whose rounding errors all have the same sign: the sum of a float32
-        scalar expanded to (70001, 1) was 1.2e-5 off, 35x eager's cascade sum (fuzz seed 125 index 93)."""
-        in_loop = {st.name for st in body if isinstance(st, (Load, Const, IndexValue, Compute))}
-        invariant = [r for r in reduces if is_float_sum(r) and r.mask is None and r.arg not in in_loop
-                     and r.name not in self.arrays and r.arg not in self.arrays]
-        if not invariant:
-            return []
-        dims = self.k.reduction
-        count = sympy.sympify(_numel(dims))
-        text = cpp_index(count)
-        if first_range is not None:      # this thread's share of r0
-            lo, hi = first_range
-            text = f"(({hi}) - ({lo})) * ({cpp_index(_numel(dims[1:]))})"
-        for r in invariant:
-            acc, ctype = _value(r.name), rules.compute_type(r.dtype)
-            term = f"{rules.render_cast(self.ref(r.arg), self.dtypes[r.arg], r.dtype)} * ({ctype})({text})"
-            if first_range is not None or not (count.is_Integer and count > 0):   # an empty sum is 0, not 0 * inf
-                term = f"(({text}) > 0 ? {term} : ({ctype})0)"
-            self.emit(f"{acc} = {acc} + {term};   // the same summand in every step")
-        return invariant
 
     def sum_block(self) -> int:
         """Elements per block of a float sum: SUM_BLOCK when the innermost reduction dim fills the vector
