@@ -27,12 +27,13 @@ import fuzzcheck  # noqa: E402
 import fuzzgen  # noqa: E402
 import fuzzrun  # noqa: E402
 
-CI_KNOBS = dict(dynamic_frac=0.15, train_frac=0.15, big_frac=0.02, huge_frac=0.0, max_numel=fuzzgen.MAX_NUMEL)
+CI_KNOBS = dict(dynamic_frac=0.15, train_frac=0.15, big_frac=0.02, huge_frac=0.0, half_frac=0.0,
+                max_numel=fuzzgen.MAX_NUMEL)
 
 
 def knobs_from(args) -> dict:
     return dict(dynamic_frac=args.dynamic_frac, train_frac=args.train_frac, big_frac=args.big_frac,
-                huge_frac=args.huge_frac, max_numel=args.max_numel)
+                huge_frac=args.huge_frac, half_frac=args.half_frac, max_numel=args.max_numel)
 
 
 def same_failure(a: fuzzcheck.Finding, b: fuzzcheck.Finding) -> bool:
@@ -113,6 +114,8 @@ def main(argv=None):
     p.add_argument("--big-frac", type=float, default=CI_KNOBS["big_frac"])
     p.add_argument("--huge-frac", type=float, default=CI_KNOBS["huge_frac"],
                    help="fraction of programs summing 0.5-5 M elements (issue 9 item 4)")
+    p.add_argument("--half-frac", type=float, default=CI_KNOBS["half_frac"],
+                   help="fraction of programs made float16/bfloat16 (their main dtype)")
     p.add_argument("--max-numel", type=int, default=CI_KNOBS["max_numel"], help="elements per value (not big programs)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("--inline", action="store_true", help="run in this process (no isolation; for debugging)")

@@ -37,7 +37,7 @@ from fuzzgen_types import (BIG_NUMEL, BIG_ROWS, DTYPE_NAMES, FLOAT_LIMIT, FLOATS
 
 class Generator(PointwiseOps, ShapeOps):
     def __init__(self, seed, index, *, dynamic_frac=0.15, train_frac=0.15, big_frac=0.02, huge_frac=0.0,
-                 max_ops=10, max_numel=MAX_NUMEL):
+                 half_frac=0.0, max_ops=10, max_numel=MAX_NUMEL):
         self.r = random.Random(f"fuse-all-fuzz:{seed}:{index}")
         self.seed, self.index = seed, index
         r = self.r
@@ -59,6 +59,11 @@ class Generator(PointwiseOps, ShapeOps):
         if self.train:   # low precision too: CPU keeps some saved tensors in it (layer_norm's mean and rstd)
             dts = [torch.float32] * 6 + [torch.float64] * 2 + [torch.float16, torch.bfloat16]
         self.main_dtype = r.choice(dts)
+        # `half_frac`: a share of programs made float16/bfloat16 (a stream of its own: without it, programs
+        # are what they always were). A seventh of the default mix is low precision.
+        half = random.Random(f"fuse-all-fuzz-half:{seed}:{index}")
+        if half.random() < half_frac:
+            self.main_dtype = half.choice((torch.float16, torch.bfloat16))
 
     # ------------------------------------------------------------------ shapes and inputs
     def _base_shape(self):
@@ -252,6 +257,9 @@ class Generator(PointwiseOps, ShapeOps):
         clamped_slice = self.clamped_slice_output()   # after both, for the same reason
         if clamped_slice is not None:
             outs.append(clamped_slice)
+        broadcast_sum = self.broadcast_sum_output()   # after those, for the same reason
+        if broadcast_sum is not None:
+            outs.append(broadcast_sum)
         return Program(self.seed, self.index, self.inputs, self.lines, [o.name for o in outs],
                        dynamic=self.dynamic, train=self.train, tags=self.tags,
                        exact_names={v.name for v in self.vals if v.exact})

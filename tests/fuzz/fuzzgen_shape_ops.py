@@ -178,6 +178,30 @@ class ShapeOps:
             return self.emit(f"({expr} * 2)", 2 * v.lo, 2 * v.hi, v.exact, "clamped_slice")
         return self.emit(f"F.pad({expr}, [1, 2], value=0.0)", min(v.lo, 0), max(v.hi, 0), v.exact, "clamped_slice")
 
+    BROADCAST_SUM_FRAC = 0.05
+    BROADCAST_SUM_LENGTHS = (20001, 65537)
+
+    def broadcast_sum_output(self):
+        """One more output in a twentieth of the programs: a few elements of a float value broadcast along a
+        long new dim and summed (or averaged) over it, so the summand does not move along the reduction, as
+        in the backward of a broadcast. C++ added the same value in chains of 1024+ per vector lane, all
+        rounding alike (seed 125 index 93: a scalar expanded to (70001, 1) summed 1.2e-5 off, eager 3.5e-7).
+        A random stream of its own, as shifted_read_output."""
+        r = random.Random(f"fuse-all-fuzz-broadcast-sum:{self.seed}:{self.index}")
+        if self.huge or r.random() >= self.BROADCAST_SUM_FRAC:
+            return None
+        floats = [v for v in self.vals if v.dtype.is_floating_point]
+        if not floats:
+            return None
+        v = r.choice(floats)
+        m, k, d = r.choice((1, 3, 8)), r.choice(self.BROADCAST_SUM_LENGTHS), r.randrange(2)
+        expand = f"({k}, -1)" if d == 0 else f"(-1, {k})"
+        base = f"{v.name}.flatten()[:{m}].unsqueeze({d}).expand{expand}"
+        if v.dtype in (torch.float16, torch.bfloat16) or r.random() < 0.25:   # a half sum of k would overflow
+            return self.emit(f"{base}.mean({r.choice((d, (0, 1)))})", v.lo, v.hi, False, "broadcast_sum")
+        dims, n = r.choice(((d, k), ((0, 1), k * m)))
+        return self.emit(f"{base}.sum({dims})", n * min(v.lo, 0), n * max(v.hi, 0), False, "broadcast_sum")
+
     @staticmethod
     def _cat_ok(x, y, d):
         return all(a == b for i, (a, b) in enumerate(zip(x.shape, y.shape)) if i != d)

@@ -149,9 +149,8 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             self.define(stmt.name, stmt.dtype, expr)
         elif isinstance(stmt, Store):
             buf_dtype = self.buffers[stmt.buffer]
-            unrounded = self.rounded_from.get(stmt.value) if self.dtypes[stmt.value] == buf_dtype else None
-            if unrounded is not None:     # fa_f2h(x) == fa_f2h(fa_round_h(x)): one rounding, not two
-                value = self.ref(unrounded)
+            if self.store_source(stmt) != stmt.value:   # fa_f2h(x) == fa_f2h(fa_round_h(x)): one rounding, not two
+                value = self.ref(self.store_source(stmt))
             else:
                 value = rules.render_cast(self.ref(stmt.value), self.dtypes[stmt.value], buf_dtype)
             value = rules.STORE_CONVERT.get(buf_dtype, "{}").format(value)
@@ -161,6 +160,14 @@ class KernelRenderer(TiledLoops, WelfordTiles):
             self.reduce_update(stmt)
         else:
             raise TypeError(f"unknown statement {stmt!r}")
+
+    def store_source(self, stmt: Store) -> str:
+        """The value a store reads: a float16/bfloat16 rounding's float operand where the buffer has that dtype
+        (the store's conversion rounds it), else the stored value."""
+        unrounded = self.rounded_from.get(stmt.value)
+        if unrounded is not None and self.dtypes[stmt.value] == self.buffers[stmt.buffer]:
+            return unrounded
+        return stmt.value
 
     def define(self, name: str, dtype: str, expr: str) -> None:
         if name in self.reused:                      # computed by an earlier phase: read it back

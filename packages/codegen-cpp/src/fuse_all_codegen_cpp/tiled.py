@@ -172,7 +172,12 @@ class TiledLoops:
         hoisted = {s.name for s in computes}
         read = set()
         for stmt in loop.body:
-            if not (isinstance(stmt, Compute) and stmt.name in hoisted):
+            if isinstance(stmt, Store):
+                # a store of a float16 rounding reads the float it rounds (render.store_source): computed once
+                # per column, that value was not an array and the loop named an undeclared variable (log_softmax
+                # along an expanded float16 dim, fuzz seed 126 index 692 --half-frac 0.5)
+                read |= {stmt.value, self.store_source(stmt)}
+            elif not (isinstance(stmt, Compute) and stmt.name in hoisted):
                 read |= set(getattr(stmt, "args", ())) | {getattr(stmt, "arg", None), getattr(stmt, "value", None),
                                                           getattr(stmt, "mask", None)}
         return invariant, hoisted & read
