@@ -101,15 +101,11 @@ def prefer_channels_last(gm: torch.fx.GraphModule, example_inputs, *, is_inferen
         return LayoutDecision(False, f"{decision.reason}; but the inputs are not fake tensors of one mode")
     before = _output_strides(gm)
     visible = range(len(before) if num_user_outputs is None else min(num_user_outputs, len(before)))
-    graph = gm.graph
     added: list[torch.fx.Node] = []
     clones: dict[torch.fx.Node, torch.fx.Node] = {}   # one copy per activation, however many convolutions read it
     for conv, x in convs:
-        if x not in clones:
-            with graph.inserting_before(conv):
-                clones[x] = graph.call_function(aten.clone.default, (x,), {"memory_format": torch.channels_last})
-            added.append(clones[x])
-        conv.replace_input_with(x, clones[x])
+        conv.replace_input_with(x, _channels_last_clone(gm, x, conv, clones))
+    added.extend(clones.values())
     try:
         _propagate(gm, example_inputs, fake_mode)
         _drop_copies_of_channels_last(gm, added)
@@ -153,11 +149,8 @@ def _channels_last_weights(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
                 or not xv.is_contiguous(memory_format=torch.channels_last)
                 or wv.is_contiguous(memory_format=torch.channels_last)):
             continue
-        if w not in clones:
-            with gm.graph.inserting_before(node):
-                clones[w] = gm.graph.call_function(aten.clone.default, (w,), {"memory_format": torch.channels_last})
         args = list(node.args)
-        args[position] = clones[w]
+        args[position] = _channels_last_clone(gm, w, node, clones)
         node.args = tuple(args)
     return list(clones.values())
 
@@ -180,11 +173,18 @@ def _channels_last_backward_inputs(gm: torch.fx.GraphModule) -> list[torch.fx.No
                 or not gv.is_contiguous(memory_format=torch.channels_last) or gv.is_contiguous()
                 or xv.is_contiguous(memory_format=torch.channels_last)):
             continue
-        if x not in clones:
-            with gm.graph.inserting_before(node):
-                clones[x] = gm.graph.call_function(aten.clone.default, (x,), {"memory_format": torch.channels_last})
-        node.replace_input_with(x, clones[x])
+        node.replace_input_with(x, _channels_last_clone(gm, x, node, clones))
     return list(clones.values())
+
+
+def _channels_last_clone(gm: torch.fx.GraphModule, value: torch.fx.Node, first_user: torch.fx.Node,
+                         clones: dict) -> torch.fx.Node:
+    """`value`'s channels-last clone in `clones`, inserted before `first_user` the first time it is asked for."""
+    if value not in clones:
+        with gm.graph.inserting_before(first_user):
+            clones[value] = gm.graph.call_function(aten.clone.default, (value,),
+                                                   {"memory_format": torch.channels_last})
+    return clones[value]
 
 
 def _drop_copies_of_channels_last(gm: torch.fx.GraphModule, added: list) -> None:
