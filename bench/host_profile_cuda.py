@@ -77,20 +77,6 @@ def busy_threads(instance, fn, calls: int) -> str:
     return "\n".join(f"  {cpu:6.3f} CPU s  {name}" for cpu, name in rows if cpu > 0) + f"\n  (loop wall {wall:.3f} s)"
 
 
-def mm_host_us(calls: int = 2000) -> float:
-    """Host µs of one small torch.mm issued back to back: the same ATen call in every state of the process."""
-    a = torch.randn(12, 768, device="cuda")
-    b = torch.randn(768, 768, device="cuda").t()
-    for _ in range(50):
-        torch.mm(a, b)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        torch.mm(a, b)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
-
-
 def profile_text(instance, fn, calls: int, top: int) -> str:
     profiler = cProfile.Profile()
     profiler.enable()
@@ -123,11 +109,9 @@ def main() -> None:
     p.add_argument("--profile-calls", type=int, default=20)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--threads", action="store_true",
-                   help="only the host loop, with the CPU time of every thread and child process during it and "
-                        "a small torch.mm's host µs before and after each compile (no profiles)")
+                   help="only the host loop, twice, with the CPU time of every thread and child process during "
+                        "the first (no profiles)")
     args = p.parse_args()
-    if args.threads:
-        print(f"torch.mm host µs before any compile: {mm_host_us():.2f}")
     for name in args.workloads.split(","):
         print(f"\n## {name}")
         for backend in args.backends.split(","):
@@ -138,8 +122,7 @@ def main() -> None:
             print(f"\n### {backend}: {us:.1f} µs per call, host loop")
             if args.threads:
                 print(busy_threads(instance, fn, args.calls))
-                print(f"  host loop again: {host_us_per_call(instance, fn, args.calls):.1f} µs per call; "
-                      f"torch.mm host µs now: {mm_host_us():.2f}")
+                print(f"  host loop again: {host_us_per_call(instance, fn, args.calls):.1f} µs per call")
                 continue
             print(profile_text(instance, fn, args.profile_calls, args.top))
             print(aten_host_table(instance, fn, args.profile_calls, args.top))
