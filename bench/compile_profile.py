@@ -5,6 +5,8 @@ dumping what the phases decided (kernel sources, host programs, fusion reports) 
     python bench/compile_profile.py train_resnet50_4x64 --targets cpp,triton --repeat 3
     python bench/compile_profile.py train_resnet50_4x64 --profile /tmp/prof.pstats     # + top functions
     python bench/compile_profile.py bert_1x12 --dump /tmp/before    # then diff -r /tmp/before /tmp/after
+    python bench/compile_profile.py resnet50_1x3x224x224 --backend --device cuda --after aot_eager --wall \
+        --profile /tmp/r50.pstats     # the first call through the backend, after aot_eager as bench.py runs it
 
 The workload's graphs are captured once (training workloads with their backward), then each target's
 `ir.lower` + `render_host_program` + `kernel_source` runs `--repeat` times on them in this process; the
@@ -28,38 +30,56 @@ BACKEND_PHASES = ("aot_trace", "layout", "lowering", "fusion_schedule", "render"
                   "records")
 
 
-def backend_first_call(name: str, profile: str | None, top: int) -> None:
+def backend_first_call(name: str, profile: str | None, top: int, device: str = "cpu",
+                        after: str | None = None, wall: bool = False) -> None:
     """`torch.compile(backend="fuse_all")` and one step, with the stages' phases timed in CPU seconds of
-    this process (`compile_timing`'s clock swapped); under cProfile, the stats are printed for fuse-all's
-    own functions only. Run it twice on one FUSE_ALL_CACHE_DIR: the second run loads the C++ libraries."""
+    this process (`compile_timing`'s clock swapped; `wall`: wall seconds, which also count the waits for
+    compile workers and the GPU); under cProfile, the stats are printed for fuse-all's own functions and
+    for AOTAutograd's. `after` first compiles and runs the workload with that backend (bench.py's order:
+    aot_eager before fuse_all), so process-wide first-time work is not charged to fuse_all. Run it twice
+    on one FUSE_ALL_CACHE_DIR: the second run loads the C++ libraries."""
     import torch
 
     import fuse_all_ir as ir
     from env import register_fuse_all
     from workloads import build
     register_fuse_all()
-    inst = build(name, "cpu")
+    inst = build(name, device)
+    if after:
+        start = time.perf_counter()
+        inst.step(torch.compile(inst.target, backend=after))
+        _synchronize(device)
+        print(f"{name} {after} first call {time.perf_counter() - start:.3f} wall s", flush=True)
     compiled = torch.compile(inst.target, backend="fuse_all")
+    clock = time.perf_counter if wall else time.process_time
     ir.compile_timing.reset()
-    ir.compile_timing._clock = time.process_time
-    profiler = cProfile.Profile(time.process_time) if profile else None
-    start = time.process_time()
+    ir.compile_timing._clock = clock
+    profiler = cProfile.Profile(clock) if profile else None
+    start = clock()
     if profiler:
         profiler.enable()
     inst.step(compiled)
+    _synchronize(device)
     if profiler:
         profiler.disable()
         profiler.dump_stats(profile)
-        for order in ("cumulative", "tottime"):
-            print(f"---- backend: top {top} by {order} of fuse-all's functions ({profile})")
-            pstats.Stats(profile).sort_stats(order).print_stats("fuse_all|fuse-all|fusecost", top)
-    total = time.process_time() - start
+        for order, pattern in (("cumulative", "fuse_all|fuse-all|fusecost"), ("tottime", "fuse_all|fuse-all|fusecost"),
+                               ("cumulative", "_functorch|_dynamo|_subclasses|proxy_tensor")):
+            print(f"---- backend: top {top} by {order} of functions matching {pattern} ({profile})")
+            pstats.Stats(profile).sort_stats(order).print_stats(pattern, top)
+    total = clock() - start
     phases = ir.compile_timing.snapshot()
     own = sum(phases.get(k, 0.0) for k in BACKEND_PHASES if k not in ("aot_trace", "cpp_compile", "cpp_load"))
-    print(f"{name} backend first call {total:.3f} CPU s: " +
+    print(f"{name} backend first call {total:.3f} {'wall' if wall else 'CPU'} s: " +
           ", ".join(f"{k} {phases.get(k, 0.0):.3f}" for k in BACKEND_PHASES) +
           f"; fuse_all's own (layout+lowering+fusion_schedule+render+host_load+records) {own:.3f}; load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+
+
+def _synchronize(device: str) -> None:
+    import torch
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def _capture(name: str):
@@ -153,11 +173,14 @@ def main(argv=None) -> int:
     parser.add_argument("--dump", help="write each graph's host program, kernel sources and report here")
     parser.add_argument("--backend", action="store_true",
                         help="time a first call through torch.compile(backend='fuse_all') instead")
+    parser.add_argument("--device", default="cpu", help="with --backend: cpu or cuda")
+    parser.add_argument("--after", help="with --backend: compile and run this backend first (e.g. aot_eager)")
+    parser.add_argument("--wall", action="store_true", help="with --backend: wall seconds instead of CPU seconds")
     args = parser.parse_args(argv)
     from env import add_repo_paths
     add_repo_paths()
     if args.backend:
-        backend_first_call(args.workload, args.profile, args.top)
+        backend_first_call(args.workload, args.profile, args.top, args.device, args.after, args.wall)
         return 0
     graphs = _capture(args.workload)
     print(f"{args.workload}: {len(graphs)} graphs ({', '.join(g.kind for g in graphs)}), "
