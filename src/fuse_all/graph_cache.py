@@ -68,9 +68,16 @@ def cache_tag(opts, mode, decompositions: dict) -> str | None:
     from .debug import debug_enabled
     if ir.caches_disabled() or opts.debug or debug_enabled() or capture_compat().output_code_base() is None:
         return None
-    table = hashlib.sha256("\n".join(sorted(map(str, decompositions))).encode()).hexdigest()[:16]
+    table = hashlib.sha256("\n".join(sorted(_core_ops(decompositions))).encode()).hexdigest()[:16]
     options = repr(sorted((k, v) for k, v in dataclasses.asdict(opts).items() if k != "progress"))
     return f"fuse_all:{code_identity()}:{mode!r}:{options}:{table}"
+
+
+def _core_ops(decompositions: dict) -> list[str]:
+    """The table's aten and prims ops. Other namespaces register their ops and decompositions when their
+    module is imported (torch.ao's `quantized_decomposed` when Inductor's code generators load), so the
+    table grows with what the process imported; a graph holding such an op has it in its own hash."""
+    return [name for name in map(str, decompositions) if name.startswith(("aten.", "prims."))]
 
 
 def capture_compat():

@@ -220,3 +220,33 @@ def test_a_static_training_graph_is_kept_when_its_backward_compiles(tmp_path):
     assert results[0]["from_cache"] == [False, False], results
     assert results[1]["from_cache"] == [True, True], results     # forward and backward loaded
     assert not any(r["bundled_after"] for r in results), results  # torch's setting put back
+
+
+INDUCTOR_STATE = r'''
+import json, sys
+import torch
+if sys.argv[1] == "inductor_registered":     # what a process that compiled with Inductor before has done
+    from torch._inductor.codegen.common import init_backend_registration
+    init_backend_registration()
+import fuse_all
+from torch._dynamo.utils import counters
+x = torch.randn(4, 16)
+got = torch.compile(lambda t: torch.nn.functional.gelu(t * 2.0).sum(-1), backend="fuse_all")(x)
+torch.testing.assert_close(got, torch.nn.functional.gelu(x * 2.0).sum(-1))
+print("@@" + json.dumps({"hits": counters["aot_autograd"]["autograd_cache_hit"],
+                         "saved": counters["aot_autograd"]["autograd_cache_saved"],
+                         "inductor_codegen_imported": "torch._inductor.codegen.cpp" in sys.modules}))
+'''
+
+
+def test_the_cache_key_needs_no_inductor_code_generators_and_does_not_depend_on_them(tmp_path):
+    """torch's key computation imports all of Inductor's code generators (`init_backend_registration`,
+    ~0.7-1.5 s of a first compile) only to hash custom passes; fuse_all's key leaves them out, and so must
+    be the same whether this process used Inductor or not."""
+    cold = _run_script(tmp_path, INDUCTOR_STATE, "fresh")
+    assert cold["saved"] == 1 and cold["hits"] == 0
+    assert not cold["inductor_codegen_imported"]
+    warm = _run_script(tmp_path, INDUCTOR_STATE, "inductor_registered")
+    assert warm["hits"] == 1 and warm["inductor_codegen_imported"]
+    again = _run_script(tmp_path, INDUCTOR_STATE, "fresh")
+    assert again["hits"] == 1 and not again["inductor_codegen_imported"]

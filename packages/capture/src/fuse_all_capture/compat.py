@@ -273,7 +273,32 @@ def aot_cache_config(tag: str):
     except (ImportError, AttributeError, RuntimeError):   # a torch without these knobs: no cache, same graphs
         stack.close()
         return contextlib.nullcontext()
+    _without_inductor_backend_imports(stack)
     return stack
+
+
+def _without_inductor_backend_imports(stack) -> None:
+    """torch's cache key (`FxGraphHashDetails.__init__`, 2.11 and 2.14) first calls Inductor's
+    `init_backend_registration`, which imports every Inductor code generator (~170 modules: 0.7 s of a
+    process's first compile here, 1.5 s or more on a fresh install whose .pyc files are not written yet),
+    paid by cold and warm starts alike, only to hash the custom passes registered per device. Nothing
+    Inductor registers changes what fuse_all builds, so the key is computed from the passes someone did
+    register (none by default): the same key in a process that has used Inductor as in one that has not."""
+    try:
+        from torch._inductor import codecache
+    except ImportError:
+        return
+    passes = getattr(codecache, "custom_backend_passes", None)
+    if not callable(getattr(codecache, "init_backend_registration", None)) or not isinstance(passes, dict):
+        return
+    registered = {device: fn for device, fn in passes.items() if fn is not None}
+    stack.enter_context(_patched(codecache, init_backend_registration=lambda: None,
+                                 custom_backend_passes=registered))
+
+
+def _patched(module, **values):
+    import unittest.mock
+    return unittest.mock.patch.multiple(module, **values)
 
 
 def bundle_lazy_backward_save() -> Callable[[], None] | None:
