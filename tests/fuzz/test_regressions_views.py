@@ -137,3 +137,27 @@ def test_a_broadcast_view_output_also_squeezed_into_another_output_stays_a_view(
     got, want = compile_fn(fn, codegen)(a, b), fn(a, b)
     assert [t.stride() for t in got] == [t.stride() for t in want]
 
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_the_gradient_through_a_view_of_an_expanded_input_is_the_views_own(codegen, dtype, dynamic):
+    """`a0.narrow(3, 1, n)` of an input expanded along dim 3 (stride 0), beside another output that needs a
+    training graph: the output went back as `as_strided` of the input, AOTAutograd rebuilt the alias by
+    replaying that as_strided, and as_strided's gradient sums what the overlapping elements receive, so
+    every element of a row got the row's sum where eager gives [0, g1, .., gn, 0]. The output is now the
+    traced view ops replayed on the input (lowering_outputs.input_view_replay). Inductor returns
+    as_strided too and gets the same wrong gradient. Fuzz: seed 130 index 2547 (C++), seed 127 index 337."""
+    def fn(a0, a1):
+        return torch.tanh(a1 * 2), a0.narrow(3, 1, a0.shape[3] - 2)
+    compiled = compile_fn(fn, codegen, dynamic=dynamic)
+    for shape in ((2, 1, 3, 5), (3, 1, 4, 7)):
+        a0 = make((*shape[:3], 1)).to(dtype).expand(shape).detach().requires_grad_(True)
+        a1 = make((shape[3],)).to(dtype).requires_grad_(True)
+        got, want = compiled(a0, a1), fn(a0, a1)
+        cotangents = [make(tuple(w.shape)).to(dtype) for w in want]
+        for g, w in zip(torch.autograd.grad(got, [a0, a1], cotangents),
+                        torch.autograd.grad(want, [a0, a1], cotangents)):
+            assert_same(g, w)
+        assert got[1].untyped_storage().data_ptr() == a0.untyped_storage().data_ptr()

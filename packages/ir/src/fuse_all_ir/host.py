@@ -163,13 +163,27 @@ def _ref(ref: BufferRef) -> str:
 
 
 def _output_ref(ref: BufferRef) -> str:
-    """A graph output: views go through `torch.as_strided`, the op autograd and AOTAutograd know."""
+    """A graph output: views go through `torch.as_strided`, the op autograd and AOTAutograd know, or
+    through the traced view ops where the output carries them (`BufferRef.replay`)."""
+    if ref.replay is not None:
+        return _replayed_view(ref)
     if ref.view is None:
         return ref.name
     v = ref.view
     # as_strided's offset counts from the storage's start; view offsets count from the tensor's first element
     offset = f"{ref.name}.storage_offset()" + (f" + {py_index(v.offset)}" if v.offset != 0 else "")
     return f"as_strided({ref.name}, {py_tuple(v.size)}, {py_tuple(v.stride)}, {offset})"
+
+
+def _replayed_view(ref: BufferRef) -> str:
+    expr = ref.name
+    for op_name, args, kwargs in ref.replay:
+        if op_name == "getitem":
+            expr = f"{expr}[{py_literal(args[0])}]"
+            continue
+        rendered = [expr] + [py_literal(a) for a in args] + [f"{k}={py_literal(v)}" for k, v in kwargs.items()]
+        expr = f"torch.ops.{op_name}({', '.join(rendered)})"
+    return expr
 
 
 def _device_type(device: str) -> str:

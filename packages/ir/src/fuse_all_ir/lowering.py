@@ -15,7 +15,7 @@ from ._torch_compat import backed_size_values, real_tensor_mode
 from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, expr_stats, load, op
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .lowering_mutations import deferrable_input_copy, write_back_inputs
-from .lowering_outputs import input_view_from_meta, view_of_realized_source
+from .lowering_outputs import input_view_from_meta, input_view_replay, view_of_realized_source
 from .memory import buffer_refs
 from .rounding import round_results
 from .symbolic import free_size_symbols, linear_index
@@ -408,6 +408,9 @@ class GraphLowering:
             return sym(arg)
         value = self.env[arg.name]
         if isinstance(value, Value):
+            replay = input_view_replay(self, arg)
+            if replay is not None:
+                return replay
             stride = _meta_stride(arg)
             view = value.view
             if view is not None and stride is not None and tuple(view.stride) == tuple(stride):

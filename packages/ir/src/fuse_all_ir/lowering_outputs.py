@@ -8,6 +8,12 @@ dim's extent multiplies the outer strides), n times the memory of `v`, and a ten
 accept where eager's raises (fuzz seed 51 index 921 and 3222, seed 45 index 1144, seed 46 index 174).
 Here `v` becomes a buffer laid out as traced and the chain is lowered again on it, which gives the view
 with the traced strides, as eager returns it.
+
+An output that is a view of an input whose elements overlap in memory (an expanded, stride-0 input) is
+returned as the traced view ops applied to the input (`input_view_replay`): AOTAutograd rebuilds an output
+that aliases an input by replaying the returned tensor's view, and as_strided's gradient sums what the
+overlapping elements receive, where `a0.narrow(3, 1, n)`'s gradient gives each element its own (fuzz
+seed 130 index 2547, seed 127 index 337; Inductor returns as_strided too and gets the same wrong gradient).
 """
 from __future__ import annotations
 
@@ -37,6 +43,55 @@ def _view_chain(node: torch.fx.Node) -> tuple[torch.fx.Node, list[torch.fx.Node]
         else:
             break
     return node, chain[::-1]
+
+
+def input_view_replay(g, node: torch.fx.Node) -> BufferRef | None:
+    """The output `node`, a chain of view ops on a graph input whose elements overlap in memory, as that
+    chain replayed on the input (None: not such an output, or an argument the host cannot spell)."""
+    base, chain = _view_chain(node)
+    value = g.env.get(base.name)
+    if (not chain or base.op != "placeholder" or not isinstance(value, Value) or value.view is None
+            or g.nodes[value.view.buffer].kind != NodeKind.INPUT or not _overlaps(base.meta.get("val"))):
+        return None
+    steps = []
+    try:
+        for step in chain:
+            if step.target is operator.getitem:
+                steps.append(("getitem", (step.args[1],), {}))
+                continue
+            args = torch.fx.node.map_arg(step.args[1:], _host_value)
+            kwargs = torch.fx.node.map_arg(dict(step.kwargs), _host_value)
+            steps.append((str(step.target), tuple(args), dict(kwargs)))
+    except _NotHostValue:
+        return None
+    return BufferRef(value.view.buffer, replay=tuple(steps))
+
+
+class _NotHostValue(Exception):
+    pass
+
+
+def _host_value(node: torch.fx.Node):
+    """A view op's non-tensor argument computed in the graph (a SymInt) as a sympy expression."""
+    from .lowering import sym   # lowering imports this module
+    val = node.meta.get("val")
+    if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+        return sym(val)
+    raise _NotHostValue(node.name)
+
+
+def _overlaps(val) -> bool:
+    """Whether a traced tensor has a broadcast dim (stride 0, size other than 1): its elements overlap."""
+    if not isinstance(val, torch.Tensor):
+        return False
+    return any(_static_int(stride) == 0 and _static_int(size) != 1 for size, stride in zip(val.shape, val.stride()))
+
+
+def _static_int(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):   # a size without a fixed value
+        return None
 
 
 def view_of_realized_source(g, node: torch.fx.Node, stride) -> BufferRef | None:

@@ -194,6 +194,9 @@ class BufferRef:
     """A tensor argument of an extern call, or a graph output: a buffer or input, possibly viewed."""
     name: str
     view: TensorSpec | None = None       # when set, as_strided(name, view.size, view.stride, view.offset)
+    # a graph output only: the ATen view ops that make it from input `name`, ((op name, args, kwargs), ...)
+    # ("getitem", (i,), {}) for a multi-output view); see lowering_outputs.input_view_replay
+    replay: tuple | None = None
 
 
 @dataclass(frozen=True)
