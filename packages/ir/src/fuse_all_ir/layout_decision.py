@@ -5,9 +5,9 @@
   inference graph without depthwise convolutions whose k x k weights are NCHW (parameters, unless
   `weight_layout_cache` keeps their converted copies): ATen copies each such weight to channels-last on
   every call, and for dense convolutions that costs more than the NHWC kernels save. torchvision
-  ResNet-50, fp32, AMD EPYC (Zen 4, AVX-512), oneDNN 3.12, one thread, CPU time per call (in-process A/B):
+  ResNet-50, fp32, Intel Xeon VM (AVX-512, AMX), oneDNN 3.12, one thread, CPU time per call (in-process A/B):
   NCHW took 0.75x (1x3x64x64), 0.81x (1x3x224x224), 0.76x (4x3x112x112) and 1.01x (8x3x224x224) of the
-  channels-last time; two threads, 1x3x64x64: 0.81x. MobileNetV2 (depthwise) 1x3x128x128: NCHW 1.20x.
+  channels-last time; two threads, 1x3x64x64: 0.78x. MobileNetV2 (depthwise) 1x3x128x128: NCHW 1.20x.
 * Elsewhere (cuDNN), not when convolutions are rare in the graph (fewer than one per 300 nodes), nor with
   dynamic shapes (a known slowdown, pytorch#102670). Then
   - inference: a flop-weighted estimate of the NHWC speed-up per kind of convolution (grouped with more
