@@ -236,8 +236,10 @@ def _choose_layout(graph, opts: Options) -> str | None:
         decision = ir.LayoutDecision(False, "turned off (FUSE_ALL_LAYOUT_OPT=0 or options layout_opt=False)")
     else:
         free = graph.kind == "forward" and graph.saved_layout_free   # else every output keeps its strides
-        decision = ir.prefer_channels_last(gm, inputs, is_inference=graph.kind == "inference",
-                                           num_user_outputs=graph.num_fwd_outputs if free else None)
+        inference = graph.kind == "inference"
+        decision = ir.prefer_channels_last(gm, inputs, is_inference=inference,
+                                           num_user_outputs=graph.num_fwd_outputs if free else None,
+                                           weights_kept=inference and opts.weight_layout_cache)
     log.info("fuse_all: graph %s: %s", graph.graph_id, decision)
     return str(decision)
 

@@ -104,13 +104,43 @@ def test_dynamic_shapes_and_no_convolutions():
     assert str(decide_channels_last(plain, False)) == "channels-last not applied: no convolutions"
 
 
-@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
-def test_cpu_convolutions_with_onednn_always():
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+
+
+@needs_onednn
+def test_cpu_convolutions_with_onednn():
     gm = _trace(grouped, X, (128, 3, 3, 3), (128, 64, 3, 3))   # refused on a GPU, taken on CPU
     for is_inference in (True, False):
-        decision = decide_channels_last(gm, is_inference)
+        decision = decide_channels_last(gm, is_inference, weights_kept=True)
         assert decision and "oneDNN" in decision.reason
         assert _inductor(gm, is_inference) is True
+    assert decide_channels_last(gm, False)       # a training graph's weights are copied whatever the layout
+
+
+@needs_onednn
+def test_cpu_inference_keeps_dense_convolutions_nchw_when_weights_would_be_copied_per_call():
+    """A k x k weight given to the graph in NCHW is copied to channels-last by ATen on every call of an NHWC
+    convolution; for dense convolutions that costs more than the NHWC kernels save (module docstring)."""
+    gm = _trace(grouped, X, (128, 3, 3, 3), (128, 64, 3, 3))
+    decision = decide_channels_last(gm, True)
+    assert not decision
+    mb = (128 * 3 * 9 + 128 * 64 * 9) * 4 / 2**20
+    assert decision.reason == (f"2 CPU convolutions, none depthwise: NHWC would copy 2 k x k weights ({mb:.1f} MB) "
+                               "to channels-last on every call, which costs more than oneDNN's NHWC kernels save "
+                               "on dense convolutions")
+    # a depthwise convolution gains more from NHWC than the copies cost: channels-last
+    assert decide_channels_last(_trace(depthwise, X, (128, 3, 3, 3), (128, 1, 3, 3)), True)
+    # nothing to copy: 1 x 1 kernels are channels-last in either layout, and so are weights given channels-last
+    one_by_one = _trace(lambda x, w1, w2: F.conv2d(F.conv2d(x, w1).relu(), w2), X, (128, 3, 1, 1), (64, 128, 1, 1))
+    assert decide_channels_last(one_by_one, True)
+    weights = [torch.randn(128, 3, 3, 3).to(memory_format=torch.channels_last),
+               torch.randn(128, 128, 3, 3).to(memory_format=torch.channels_last)]
+    given_channels_last = make_fx(two_convs, tracing_mode="fake")(torch.randn(X), *weights)
+    assert decide_channels_last(given_channels_last, True)
+    # the weight cache keeps the parameters' copies, not those of a weight computed in the graph
+    assert decide_channels_last(gm, True, weights_kept=True)
+    computed = _trace(lambda x, w1, w2: two_convs(x, w1 * 2, w2 * 2), X, (128, 3, 3, 3), (128, 128, 3, 3))
+    assert not decide_channels_last(computed, True, weights_kept=True)
 
 
 @pytest.mark.parametrize("gpu", [False, True], ids=["cpu_rules", "gpu_rules"])

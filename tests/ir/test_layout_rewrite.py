@@ -129,7 +129,8 @@ def test_one_by_one_weights_and_cpu_graphs_keep_their_weights():
     with cpu_mode:
         cpu_values = [torch.empty(s) for s in ((4, 3, 32, 32), (128, 3, 1, 1), (128, 128, 3, 3))]
     gm = _trace(pointwise_weights, cpu_mode, cpu_values)
-    assert prefer_channels_last(gm, cpu_values, is_inference=True)
+    assert not prefer_channels_last(gm, cpu_values, is_inference=True)   # per-call weight copies: layout_decision.py
+    assert prefer_channels_last(gm, cpu_values, is_inference=True, weights_kept=True)
     assert all(c.args[1].op == "placeholder" for c in gm.graph.nodes if c.target is aten.convolution.default)
 
 

@@ -19,7 +19,8 @@ from torch._dynamo.utils import counters
 
 torch.manual_seed(0)
 if len(sys.argv) > 2 and sys.argv[2] == "conv":
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3)).eval()
+    # depthwise: CPU inference takes channels-last for it (dense ones alone stay NCHW: layout_decision.py)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, groups=8)).eval()
     x = torch.randn(2, 3, 10, 10)
 else:
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32)).eval()

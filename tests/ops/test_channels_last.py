@@ -93,11 +93,16 @@ def _compile(model):
     return torch.compile(model, backend="fuse_all", options={"fallback": False})
 
 
+def _compile_keeping_weights(model):
+    """Inference with `weight_layout_cache`: no per-call weight copy, so dense convolutions go channels-last."""
+    return torch.compile(model, backend="fuse_all", options={"fallback": False, "weight_layout_cache": True})
+
+
 def test_conv_bn_relu_inference_runs_channels_last_and_matches_eager():
     torch.manual_seed(0)
     model = layout_checks.ConvBNReLU()
     layout_checks.mt.randomize_norms(model)
-    layout_checks.check_inference(model, torch.randn(2, 3, 16, 16), _compile)
+    layout_checks.check_inference(model, torch.randn(2, 3, 16, 16), _compile_keeping_weights)
     (record,) = fuse_all.compiled_graphs()
     assert record.layout.startswith("channels-last applied: 3 CPU convolutions"), record.layout
     assert f"layout: {record.layout}" in record.report.to_text()
@@ -108,6 +113,26 @@ def test_conv_bn_relu_inference_runs_channels_last_and_matches_eager():
     assert summary["layout"] == record.layout
     assert fuse_all.logs.summary_line(summary).endswith("; convolutions run channels-last")
     assert layout_checks.convolution_layouts(record) == ["NHWC"] * 3
+
+
+def test_dense_inference_without_kept_weights_stays_nchw_and_matches_eager():
+    """Channels-last would copy every k x k weight to NHWC on each call (layout_decision.py); dense
+    convolutions of a CPU inference graph keep NCHW then, and a depthwise one still goes channels-last."""
+    torch.manual_seed(0)
+    model = layout_checks.ConvBNReLU()
+    layout_checks.mt.randomize_norms(model)
+    layout_checks.check_inference(model, torch.randn(2, 3, 16, 16), _compile)
+    (record,) = fuse_all.compiled_graphs()
+    assert record.layout.startswith("channels-last not applied: 3 CPU convolutions, none depthwise: NHWC would "
+                                    "copy "), record.layout
+    assert layout_checks.convolution_layouts(record) == ["NCHW"] * 3
+    fuse_all.reset()
+    torch._dynamo.reset()
+    depthwise = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, groups=8))
+    layout_checks.check_inference(depthwise, torch.randn(2, 3, 16, 16), _compile)
+    (record,) = fuse_all.compiled_graphs()
+    assert record.layout.startswith("channels-last applied: 2 CPU convolutions"), record.layout
+    assert layout_checks.convolution_layouts(record) == ["NHWC"] * 2
 
 
 def test_conv_bn_relu_training_keeps_saved_activations_channels_last():
@@ -165,7 +190,8 @@ def test_layout_opt_off_by_environment(monkeypatch):
     assert layout_checks.convolution_layouts(forward) == ["NCHW"] * 3
     torch._dynamo.reset()
     fuse_all.reset()
-    compiled = torch.compile(model.eval(), backend="fuse_all", options={"layout_opt": True})
+    compiled = torch.compile(model.eval(), backend="fuse_all", options={"layout_opt": True,
+                                                                         "weight_layout_cache": True})
     with torch.no_grad():
         compiled(torch.randn(2, 3, 16, 16))
     (record,) = fuse_all.compiled_graphs()

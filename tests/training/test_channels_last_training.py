@@ -32,7 +32,9 @@ def resnet18():
 
 
 def test_resnet18_inference(resnet18):
-    layout_checks.check_inference(resnet18, torch.randn(2, 3, 32, 32), _compile)
+    # the weight cache: without it CPU inference keeps ResNet's dense convolutions NCHW (layout_decision.py)
+    layout_checks.check_inference(resnet18, torch.randn(2, 3, 32, 32), lambda m: torch.compile(
+        m, backend="fuse_all", options={"fallback": False, "weight_layout_cache": True}))
     records = mt.records()
     mt.assert_compiled(records, {"inference"})
     assert layout_checks.layout_lines(records)["inference"] == [

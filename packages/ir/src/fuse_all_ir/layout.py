@@ -85,12 +85,12 @@ def _fake_mode(example_inputs):
 
 
 def prefer_channels_last(gm: torch.fx.GraphModule, example_inputs, *, is_inference: bool = True,
-                         num_user_outputs: int | None = None) -> LayoutDecision:
+                         num_user_outputs: int | None = None, weights_kept: bool = False) -> LayoutDecision:
     """Rewrite an inference graph or a training forward so its convolutions see channels-last activations
     where `decide_channels_last` says so. `num_user_outputs`: a training forward's outputs the user sees
     (the rest are saved for the backward and may change layout); None: all. The graph is left as it was
     when the inputs are not fake tensors of one mode or a user-visible output's strides cannot be restored."""
-    decision = decide_channels_last(gm, is_inference)
+    decision = decide_channels_last(gm, is_inference, weights_kept)
     if not decision:
         return decision
     convs = _convolution_inputs(gm)

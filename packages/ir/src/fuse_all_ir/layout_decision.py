@@ -1,7 +1,13 @@
 """Whether a graph's convolutions should run channels-last: Inductor's layout-optimisation rules
 (`GraphLowering.decide_layout_opt`, torch 2.11-2.14), ported so that every decision carries its reason.
 
-* CPU with oneDNN: always (its NHWC convolutions are much faster, depthwise ones above all).
+* CPU with oneDNN: yes (its NHWC convolutions are much faster, depthwise ones above all), except for an
+  inference graph without depthwise convolutions whose k x k weights are NCHW (parameters, unless
+  `weight_layout_cache` keeps their converted copies): ATen copies each such weight to channels-last on
+  every call, and for dense convolutions that costs more than the NHWC kernels save. torchvision
+  ResNet-50, fp32, Intel Xeon VM (AVX-512, AMX), oneDNN 3.12, one thread, CPU time per call (in-process A/B):
+  NCHW took 0.75x (1x3x64x64), 0.81x (1x3x224x224), 0.76x (4x3x112x112) and 1.01x (8x3x224x224) of the
+  channels-last time; two threads, 1x3x64x64: 0.78x. MobileNetV2 (depthwise) 1x3x128x128: NCHW 1.20x.
 * Elsewhere (cuDNN), not when convolutions are rare in the graph (fewer than one per 300 nodes), nor with
   dynamic shapes (a known slowdown, pytorch#102670). Then
   - inference: a flop-weighted estimate of the NHWC speed-up per kind of convolution (grouped with more
@@ -64,6 +70,25 @@ def _is_in_out_channel(conv: torch.fx.Node) -> bool:
     return w.size(0) * 2 <= w.size(1) and w.size(2) > 1
 
 
+def _is_depthwise(conv: torch.fx.Node) -> bool:
+    """One input channel per group, more than one group (with dynamic shapes `groups` is a symbol, the input's
+    channel count: a convolution of a 1-channel input has no symbol there)."""
+    groups, w = conv.args[-1], _weight(conv)
+    if free_symbols(w) or w.size(1) != 1:
+        return False
+    return isinstance(groups, torch.fx.Node) or groups > 1
+
+
+def _weight_copied_per_call(conv: torch.fx.Node, weights_kept: bool) -> bool:
+    """ATen converts this convolution's weight to channels-last on every call of a channels-last graph: a k x k
+    kernel (1 x 1 ones are channels-last in either layout) that is not channels-last already, unless it is a
+    graph input (a parameter) whose converted copy the weight cache keeps."""
+    w, node = _weight(conv), conv.args[1]
+    if w is None or w.dim() != 4 or free_symbols(w) or w.is_contiguous(memory_format=torch.channels_last):
+        return False
+    return not (weights_kept and isinstance(node, torch.fx.Node) and node.op == "placeholder")
+
+
 def _is_small_channel(conv: torch.fx.Node) -> bool:
     w = _weight(conv)
     return w.size(0) <= 64 and w.size(1) <= 64
@@ -89,9 +114,11 @@ def _kind(conv: torch.fx.Node) -> str:
     return "default"
 
 
-def decide_channels_last(gm: torch.fx.GraphModule, is_inference: bool) -> LayoutDecision:
+def decide_channels_last(gm: torch.fx.GraphModule, is_inference: bool,
+                         weights_kept: bool = False) -> LayoutDecision:
     """Inductor's rules (module docstring) for this graph; a graph without shapes on its convolutions'
-    operands is left as traced."""
+    operands is left as traced. `weights_kept`: the converted weights are kept across calls (CPU
+    inference with `weight_layout_cache`), so channels-last costs no weight copy per call."""
     convs = convolutions(gm)
     if not convs:
         return LayoutDecision(False, "no convolutions")
@@ -100,6 +127,10 @@ def decide_channels_last(gm: torch.fx.GraphModule, is_inference: bool) -> Layout
         return LayoutDecision(False, "a convolution operand has no traced shape")
     if (torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()
             and all(v.device.type == "cpu" for v in operands)):
+        if is_inference:
+            refused = _cpu_weight_copies(convs, weights_kept)
+            if refused is not None:
+                return refused
         return LayoutDecision(True, f"{len(convs)} CPU convolutions: oneDNN runs channels-last faster")
     nodes = len(gm.graph.nodes)
     if nodes >= _NODES_PER_CONVOLUTION * len(convs):
@@ -118,6 +149,19 @@ def decide_channels_last(gm: torch.fx.GraphModule, is_inference: bool) -> Layout
         return LayoutDecision(False, "training: every convolution has <=64 input and output channels")
     return LayoutDecision(True, f"training with {len(convs)} convolutions, none grouped, in>out-channel or "
                                 f"all small")
+
+
+def _cpu_weight_copies(convs: list[torch.fx.Node], weights_kept: bool) -> LayoutDecision | None:
+    """The CPU inference exception of the module docstring: a refusal, or None."""
+    if any(_is_depthwise(c) for c in convs):
+        return None
+    copied = [c for c in convs if _weight_copied_per_call(c, weights_kept)]
+    if not copied:
+        return None
+    mb = sum(_weight(c).numel() * _weight(c).element_size() for c in copied) / 2**20
+    return LayoutDecision(False, f"{len(convs)} CPU convolutions, none depthwise: NHWC would copy {len(copied)} "
+                                 f"k x k weights ({mb:.1f} MB) to channels-last on every call, which costs more "
+                                 f"than oneDNN's NHWC kernels save on dense convolutions")
 
 
 def _inference_estimate(convs: list[torch.fx.Node]) -> LayoutDecision:
