@@ -130,7 +130,7 @@ def autotune_notes(rows: list[dict], records: list) -> None:
     from fuse_all_codegen_triton.runtime import TritonKernel
     launchers = collections.defaultdict(list)
     for obj in gc.get_objects():
-        if isinstance(obj, TritonKernel):
+        if issubclass(type(obj), TritonKernel):   # not isinstance: it dereferences dead weak proxies
             launchers[obj.name].append(obj)
     by_graph = {f"{r.kind} {r.graph_id}": r for r in records}
     for row in rows:
