@@ -22,7 +22,8 @@ backward's values stay as traced until `adopt_input_strides` re-derives them, as
 Kernels are rendered, not run; autotuning picks at run time are not covered. `--ptx KIND:KERNEL,...`
 (or `--ptx all`) also compiles those kernels with the real Triton compiler for sm_90, every config of the
 launch spec, and writes their PTX next to the sources (Triton's compiler needs no GPU), so that a source
-change can be judged by the code it compiles to.
+change can be judged by the code it compiles to; `ptx/loads.txt` gives each config's registers and the
+global loads a thread keeps in flight per loop (`sass_loads.py`, read from the SASS).
 """
 from __future__ import annotations
 
@@ -84,7 +85,9 @@ def write_ptx(folder: str, host: str, program, wanted, arch: int = 90) -> None:
     from fuse_all_codegen_triton.compiler import VariantKey, compile_only
     module = ir.load_host_program(host, tempfile.mkdtemp(prefix="fa_fake_cuda_"))
     target = GPUTarget("cuda", arch, 32)
+    from sass_loads import describe, summarize
     os.makedirs(os.path.join(folder, "ptx"), exist_ok=True)
+    summary_lines = []
     for name in program.kernels:
         if wanted is not None and name not in wanted:
             continue
@@ -96,6 +99,9 @@ def write_ptx(folder: str, host: str, program, wanted, arch: int = 90) -> None:
             compiled = compile_only(launcher._fn_for(key.int64), spec, key, target=target)
             with open(os.path.join(folder, "ptx", f"{name}.config{i}.ptx"), "w") as f:
                 f.write(f"// config {config}\n{compiled.asm['ptx']}")
+            summary_lines.append(f"{name} {config}: {describe(summarize(compiled.asm['cubin']))}\n")
+    with open(os.path.join(folder, "ptx", "loads.txt"), "w") as f:
+        f.writelines(summary_lines)
 
 
 def compile_for_cuda(graph, opts):

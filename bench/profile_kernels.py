@@ -111,6 +111,43 @@ def _print_bandwidth(rows: list[dict], top: int) -> None:
         size = f"{r['bytes'] / 1e6:8.1f} MB" if r["bytes"] else "       ? MB"
         print(f"  {r['ms_per_step']:7.4f} ms {r['us_per_launch']:7.1f} us/launch {size} {gbps}  "
               f"{r['graph'][:20]:20s} {r['kernel']:18s} {r['why'][:90]}")
+        if r.get("tuning"):
+            print(f"      {r['tuning']}")
+
+
+def _short_config(config: dict) -> str:
+    return "/".join(str(config[k]) for k in ("XBLOCK", "RBLOCK", "num_warps") if k in config)
+
+
+def autotune_notes(rows: list[dict], records: list) -> None:
+    """Adds to each row the config its Triton launcher chose and, when it benchmarked them in this process
+    (not a choice remembered on disk), every candidate's time: which tile a kernel's bandwidth came from.
+    Launchers are found among live objects by kernel name, told apart across graphs by the hash of the
+    graph's kernel source (the launch spec's `source_hash`)."""
+    import gc
+    import hashlib
+
+    from fuse_all_codegen_triton.runtime import TritonKernel
+    launchers = collections.defaultdict(list)
+    for obj in gc.get_objects():
+        if issubclass(type(obj), TritonKernel):   # not isinstance: it dereferences dead weak proxies
+            launchers[obj.name].append(obj)
+    by_graph = {f"{r.kind} {r.graph_id}": r for r in records}
+    for row in rows:
+        found = launchers.get(row["kernel"], [])
+        record = by_graph.get(row["graph"])
+        source = record.kernel_sources.get(row["kernel"]) if record is not None else None
+        if len(found) > 1 and source is not None:
+            digest = hashlib.sha256(source.encode()).hexdigest()[:32]
+            found = [k for k in found if k.spec.get("source_hash") == digest]
+        if len(found) != 1 or found[0].chosen is None:
+            continue
+        kernel = found[0]
+        note = f"chosen {_short_config(kernel.chosen)} (XBLOCK/RBLOCK/warps)"
+        if kernel.timings_ms:
+            note += "; candidates " + ", ".join(f"{_short_config(c)} {t * 1000:.1f} us"
+                                                for c, t in zip(kernel.configs, kernel.timings_ms))
+        row["tuning"] = note
 
 
 def _device_times(instance, fn, steps: int, launched_by: re.Pattern | None = None, bandwidth: int = 0
@@ -136,7 +173,9 @@ def _device_times(instance, fn, steps: int, launched_by: re.Pattern | None = Non
     if bandwidth:
         import fuse_all
         from fuse_all.profiling import graph_calls
-        _print_bandwidth(bandwidth_rows(graph_calls(prof.events()), fuse_all.compiled_graphs()), bandwidth)
+        rows = bandwidth_rows(graph_calls(prof.events()), fuse_all.compiled_graphs())
+        autotune_notes(rows, fuse_all.compiled_graphs())
+        _print_bandwidth(rows, bandwidth)
     times: dict[str, float] = collections.defaultdict(float)
     calls: dict[str, int] = collections.defaultdict(int)
     launches = 0

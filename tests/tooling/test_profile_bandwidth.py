@@ -40,3 +40,27 @@ def test_kernels_of_two_graphs_with_one_name_are_two_rows_with_their_own_bytes(p
     assert backward["gbps"] == pytest.approx(200.0)          # 8 MB in 40 µs
     assert forward["us_per_launch"] == pytest.approx(12.0) and forward["gbps"] == pytest.approx(2000.0)
     assert forward["why"] == "pointwise over (1024,)" and backward["why"] == ""
+
+
+def test_rows_name_the_config_their_launcher_chose_and_the_candidates_times(profile_kernels):
+    """Two graphs' `kernel_3` launchers are told apart by their source hash; a launcher that benchmarked its
+    candidates in this process lists each one's time, one whose choice came from the disk cache only the pick."""
+    import hashlib
+
+    from fuse_all_codegen_triton.runtime import TritonKernel
+
+    def launcher(source, chosen, timings):
+        kernel = object.__new__(TritonKernel)   # only the attributes the notes read
+        kernel.name, kernel.spec = "kernel_3", {"source_hash": hashlib.sha256(source.encode()).hexdigest()[:32]}
+        kernel.configs = [{"XBLOCK": 32, "RBLOCK": 64, "num_warps": 8}, {"XBLOCK": 64, "RBLOCK": 64, "num_warps": 4}]
+        kernel.chosen, kernel.timings_ms = kernel.configs[chosen], timings
+        return kernel
+    alive = [launcher("fwd source", 1, [0.060, 0.031]), launcher("bwd source", 0, None)]
+    records = [SimpleNamespace(graph_id="g_fwd", kind="forward", kernel_sources={"kernel_3": "fwd source"}),
+               SimpleNamespace(graph_id="g_bwd", kind="backward", kernel_sources={"kernel_3": "bwd source"})]
+    rows = [{"graph": "forward g_fwd", "kernel": "kernel_3"}, {"graph": "backward g_bwd", "kernel": "kernel_3"},
+            {"graph": "backward g_bwd", "kernel": "kernel_9"}]
+    profile_kernels.autotune_notes(rows, records)
+    assert rows[0]["tuning"] == "chosen 64/64/4 (XBLOCK/RBLOCK/warps); candidates 32/64/8 60.0 us, 64/64/4 31.0 us"
+    assert rows[1]["tuning"] == "chosen 32/64/8 (XBLOCK/RBLOCK/warps)"
+    assert "tuning" not in rows[2] and len(alive) == 2
