@@ -89,9 +89,12 @@ def full_float32(device: str):
 
 
 def fresh_cache_env(name: str) -> dict[str, str]:
-    """A cold start for fuse_all: its own cache and Triton's kernel cache in a new temporary folder."""
+    """A cold start for fuse_all: its own cache, Triton's kernel cache and torch's AOTAutograd cache (in
+    Inductor's folder, read at each use) in a new temporary folder. Without the last, an earlier process on
+    the machine that compiled the workload (a profile before the bench) made the "cold" cell a warm start."""
     root = tempfile.mkdtemp(prefix=f"fuse_all_bench_{name}_")
-    return {"FUSE_ALL_CACHE_DIR": root, "TRITON_CACHE_DIR": os.path.join(root, "triton")}
+    return {"FUSE_ALL_CACHE_DIR": root, "TRITON_CACHE_DIR": os.path.join(root, "triton"),
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "inductor")}
 
 
 def clean_slate(device: str, forget_compiled: bool = True) -> None:
