@@ -57,11 +57,3 @@ def test_products_of_symbolic_sizes_are_guarded():
     assert not eval(guard, {"s0": 1, "s1": 2**31})
     hinted_big = render(reduction((s0,), (s1,), x0 * s1 + r0, (s0, s1)), hints={s0: 2**16, s1: 2**16})
     assert uses_int64(hinted_big) and hinted_big.source_int64 is None
-
-
-def test_clamped_indices_are_bounded():
-    """A window clamp (max-pool's `Max(0, 2*x1 - 1)`) is bounded by the sum of its sides' bounds: int32 when
-    that fits, int64 when a side can pass 2**31 (it made ResNet's max-pool forward int64 before)."""
-    clamped = sympy.Max(0, 2 * x0 - 1) * 7 + r0
-    assert "int32 indexing" in render(reduction((100,), (7,), clamped)).source
-    assert uses_int64(render(reduction((5,), (7,), sympy.Min(x0 * 2**31, 3) + r0)))

@@ -240,10 +240,6 @@ def _abs_bound(expr, var_max: dict, seen: list):
         out = args[-1]
     elif expr.is_Pow and expr.args[1].is_Integer and int(expr.args[1]) > 0:
         out = args[0] ** int(expr.args[1])
-    elif name in ("Max", "Min"):
-        # |max(a, b)| <= |a| + |b|: a sum keeps the bound a polynomial (max-pool's window clamps,
-        # `Max(0, 2*x1 - 1)`, made their kernels int64 before)
-        out = sympy.Add(*args)
     else:
         raise Unbounded(str(expr))
     seen.extend(args)
