@@ -240,16 +240,15 @@ def test_configs_for_short_rows_and_huge_streams():
 
 def test_welford_column_loops_get_a_tile_of_32_values_per_thread():
     """Channels-last BatchNorm statistics (train_resnet50's split column Welfords): besides the column
-    candidates, a 4096-element tile on 4 warps per Welford input, the tile from which ptxas issues several of
-    a thread's loads before its first Welford update (bench/RESULTS.md, wt-welford); as many columns as
-    still leave MIN_PROGRAMS programs. Other column reductions and launch-bound ones keep their candidates."""
+    candidates, a 4096-element tile on 4 warps, the tile size from which ptxas issues several of a thread's
+    loads before its first Welford update (bench/RESULTS.md, wt-welford); as many columns as still leave
+    MIN_PROGRAMS programs. Other column reductions and launch-bound ones keep their candidates."""
     from fuse_all_codegen_triton import configs
-    wide = configs.column_configs(32768, 784, welford_inputs=1)      # 128 chunks x 256 channels, 784 rows
-    assert wide[-1] == {"XBLOCK": 64, "RBLOCK": 64, "num_warps": 4, "num_stages": 1}
+    tile = {"num_warps": 4, "num_stages": 1}
+    wide = configs.column_configs(32768, 784, welford=True)         # 128 chunks x 256 channels, 784 rows
+    assert {"XBLOCK": 64, "RBLOCK": 64, **tile} in wide
     assert wide[:-1] == configs.column_configs(32768, 784)
-    two = configs.column_configs(16384, 392, welford_inputs=2)       # BatchNorm and downsample BatchNorm
-    assert two[-1] == {"XBLOCK": 32, "RBLOCK": 128, "num_warps": 8, "num_stages": 1}
-    narrow = configs.column_configs(8192, 3136, welford_inputs=1)    # 128 chunks x 64 channels
-    assert narrow[-1] == {"XBLOCK": 16, "RBLOCK": 256, "num_warps": 4, "num_stages": 1}
+    narrow = configs.column_configs(8192, 3136, welford=True)       # 128 chunks x 64 channels
+    assert {"XBLOCK": 16, "RBLOCK": 256, **tile} in narrow
     assert narrow[:-1] == configs.column_configs(8192, 3136) and 8192 // 16 >= configs.MIN_PROGRAMS
-    assert configs.column_configs(2048, 392, welford_inputs=1) == configs.column_configs(2048, 392)
+    assert configs.column_configs(2048, 392, welford=True) == configs.column_configs(2048, 392)
