@@ -236,19 +236,3 @@ def test_configs_for_short_rows_and_huge_streams():
     assert all(c["XBLOCK"] * c["RBLOCK"] <= 2 * configs.MAX_PERSISTENT_ELEMENTS for c in ln)
     assert any(c["XBLOCK"] == 4096 for c in configs.pointwise_configs(2**28))
     assert len(configs.pointwise_configs(2**22)) == 2                # mid-sized: no extra compiles
-
-
-def test_welford_column_loops_get_a_tile_of_32_values_per_thread():
-    """Channels-last BatchNorm statistics (train_resnet50's split column Welfords): besides the column
-    candidates, a 4096-element tile on 4 warps, the tile size from which ptxas issues several of a thread's
-    loads before its first Welford update (bench/RESULTS.md, wt-welford); as many columns as still leave
-    MIN_PROGRAMS programs. Other column reductions and launch-bound ones keep their candidates."""
-    from fuse_all_codegen_triton import configs
-    tile = {"num_warps": 4, "num_stages": 1}
-    wide = configs.column_configs(32768, 784, welford=True)         # 128 chunks x 256 channels, 784 rows
-    assert {"XBLOCK": 64, "RBLOCK": 64, **tile} in wide
-    assert wide[:-1] == configs.column_configs(32768, 784)
-    narrow = configs.column_configs(8192, 3136, welford=True)       # 128 chunks x 64 channels
-    assert {"XBLOCK": 16, "RBLOCK": 256, **tile} in narrow
-    assert narrow[:-1] == configs.column_configs(8192, 3136) and 8192 // 16 >= configs.MIN_PROGRAMS
-    assert configs.column_configs(2048, 392, welford=True) == configs.column_configs(2048, 392)

@@ -192,28 +192,11 @@ def tiled_configs(ynumel: int, xnumel: int, max_autotune: bool = False) -> list[
     return _dedupe(configs)
 
 
-# A Welford column loop's tile for 4 warps: 32 values per thread. ptxas (Triton 3.6/3.8, sm_90) schedules the
-# Welford updates of 8 or 16 values per thread one 16-byte load at a time (each load's registers reused by
-# the next, so one load in flight per thread: BatchNorm statistics at ~1.9 TB/s on the H200); from ~32
-# loaded values per thread it issues 6-8 of the tile's loads before the first update, like the plain sums
-# of the backward (bench/RESULTS.md, wt-welford: loads outstanding per loop read from the SASS).
-WELFORD_TILE = 4096
-
-
-def _welford_column_config(xnumel: int, rnumel: int) -> dict:
-    x = max(1, min(64, next_power_of_2(xnumel)))
-    while x > 16 and (xnumel + x - 1) // x < MIN_PROGRAMS:
-        x //= 2
-    return _cfg(x, max(1, min(WELFORD_TILE // x, next_power_of_2(rnumel))), 4)
-
-
-def column_configs(xnumel: int, rnumel: int, max_autotune: bool = False, rblock: int | None = None,
-                   welford: bool = False) -> list:
+def column_configs(xnumel: int, rnumel: int, max_autotune: bool = False, rblock: int | None = None) -> list:
     """Looped column reductions (`TilePlan` "column": the contiguous dim is x): XBLOCK columns side by side
     (the coalesced dim; Triton's layout puts the contiguous axis across lanes), RBLOCK rows per step. At
     least 16 columns (64 bytes of float32 per row: two full sectors), fewer columns and more rows per step
-    while that leaves too few programs to fill the GPU. `welford`: the loop updates Welford accumulators
-    (see `WELFORD_TILE`)."""
+    while that leaves too few programs to fill the GPU."""
     r = rblock or min(64, next_power_of_2(rnumel))
     x = max(1, min(64, next_power_of_2(xnumel)))
     while x > 16 and (xnumel + x - 1) // x < 2 * MIN_PROGRAMS:
@@ -227,8 +210,6 @@ def column_configs(xnumel: int, rnumel: int, max_autotune: bool = False, rblock:
         if x == 64 and xnumel >= 128 * MIN_PROGRAMS:
             # many columns (a split column sum: chunks x 8192 columns): 512-byte rows per step
             configs.append(_cfg(128, min(64, r), 8))
-        if welford:
-            configs.append(_welford_column_config(xnumel, rnumel))
     if max_autotune and rblock is None:
         configs += [_cfg(min(128, next_power_of_2(xnumel)), max(1, r // 4), 8), _cfg(x, r, 4, 2)]
     return _dedupe(configs)

@@ -28,7 +28,7 @@ from fuse_all_ir.host import py_index
 from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Reduce, Store
 from fuse_all_ir.symbolic import size_hint
 from fuse_all_ir.vocabulary import compute_dtype, is_float, is_positional, is_welford
-from fuse_all_ir.welford import has_welford, two_pass_form
+from fuse_all_ir.welford import two_pass_form
 
 from . import configs as cfgs
 from . import reductions as red
@@ -151,7 +151,7 @@ def _configs(kernel, shape, xnumel, rnumel, hints, options: RenderOptions) -> li
     if mode == "persistent":
         return cfgs.persistent_configs(x, r, inner, options.max_autotune)
     if not inner:
-        return cfgs.column_configs(x, r, options.max_autotune, shape.get("rblock"), welford=has_welford(kernel))
+        return cfgs.column_configs(x, r, options.max_autotune, shape.get("rblock"))
     return cfgs.looped_configs(x, r, inner, options.max_autotune, shape.get("rblock"))
 
 
