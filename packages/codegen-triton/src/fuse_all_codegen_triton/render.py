@@ -464,13 +464,9 @@ class _Writer:
         self.lines += loop_lines
         for st, code in finals:
             if st is None:                       # a Welford group: both statistics from one combine
-                acc, reduces, count_type = code
+                acc, reduces = code
                 mean, m2 = self.new_name(), self.new_name()
-                weight = f"{acc}_w"
-                if count_type is not None:       # unmasked: each lane's count follows from rnumel alone
-                    weight = self.assign(f"tl.broadcast_to(((rnumel - rbase + RBLOCK - 1) // RBLOCK).to({count_type}), "
-                                         "[XBLOCK, RBLOCK])")
-                self.emit(f"{mean}, {m2} = fa.welford_combine({acc}_mean, {acc}_m2, {weight}, 1)")
+                self.emit(f"{mean}, {m2} = fa.welford_combine({acc}_mean, {acc}_m2, {acc}_w, 1)")
                 for r in reduces:
                     stat = mean if r.op == "welford_mean" else m2
                     self.values[r.name] = _Value(self.assign(f"{stat}[:, None]"), r.dtype, frozenset("x"))
@@ -488,30 +484,25 @@ class _Writer:
         _, acc_dtype, x = self.reduced_input(st)
         acc = self.new_name("_acc")
         shape, tl_acc = "[XBLOCK, RBLOCK]", tl_type(acc_dtype)
-        inits += [f"{acc}_mean = tl.full({shape}, 0, {tl_acc})", f"{acc}_m2 = tl.full({shape}, 0, {tl_acc})"]
-        delta, mean = self.new_name(), self.new_name()
+        inits += [f"{acc}_mean = tl.full({shape}, 0, {tl_acc})", f"{acc}_m2 = tl.full({shape}, 0, {tl_acc})",
+                  f"{acc}_w = tl.full({shape}, 0, {tl_acc})"]
+        mask = "rmask" if st.mask is None else f"(rmask & {self.values[st.mask].code})"
+        weight, delta, mean = self.new_name(), self.new_name(), self.new_name()
+        # masked lanes divide by a zero count: the where below drops that value
+        self.emit(f"{weight} = {acc}_w + 1")
         self.emit(f"{delta} = {x} - {acc}_mean")
         if st.mask is None:
             # rmask (rindex < rnumel) lets a lane in at every iteration up to its last, so every lane it lets
             # in now has count roffset // RBLOCK + 1: one reciprocal per iteration instead of an IEEE
             # division per element (a ~20-instruction sequence that held channels-last BatchNorm statistics
-            # to ~1.9 TB/s on the H200, against ~4 TB/s for the plain sums of its backward), and no count
-            # accumulator: after the loop a lane's count is the number of iterations rmask let it in. One
-            # register per value less lets more programs stay resident, hence more loads in flight.
+            # to ~1.9 TB/s on the H200, against ~4 TB/s for the plain sums of its backward)
             inverse = self.new_name()
             self.emit(f"{inverse} = tl.full([1, 1], 1.0, {tl_acc}) / (roffset // RBLOCK + 1)")
             self.emit(f"{mean} = {acc}_mean + {delta} * {inverse}")
-            mask, weight_dtype = "rmask", tl_acc
         else:
-            inits.append(f"{acc}_w = tl.full({shape}, 0, {tl_acc})")
-            weight = self.new_name()
-            mask, weight_dtype = f"(rmask & {self.values[st.mask].code})", None
-            # masked lanes divide by a zero count: the where below drops that value
-            self.emit(f"{weight} = {acc}_w + 1")
             self.emit(f"{mean} = {acc}_mean + {delta} / {weight}")
         self.emit(f"{acc}_m2 = tl.where({mask}, {acc}_m2 + {delta} * ({x} - {mean}), {acc}_m2)")
         self.emit(f"{acc}_mean = tl.where({mask}, {mean}, {acc}_mean)")
-        if st.mask is not None:
-            self.emit(f"{acc}_w = tl.where({mask}, {weight}, {acc}_w)")
+        self.emit(f"{acc}_w = tl.where({mask}, {weight}, {acc}_w)")
         accs[key] = len(finals)
-        finals.append((None, (acc, [st], weight_dtype)))
+        finals.append((None, (acc, [st])))
