@@ -99,8 +99,11 @@ OPTION_HELP = {
                   "layout; `True`: channels-last where the heuristics expect a gain",
     "weight_layout_cache": "CPU inference graphs: keep the channels-last copy of a convolution weight that "
                            "oneDNN would make at every call, while the parameter is unchanged (same object, "
-                           "storage and `_version`). Off by default: writes through `p.data` (EMA updates, "
-                           "manual re-initialisation) do not bump `_version` and would go unseen",
+                           "storage and `_version`). Without it, an inference graph without depthwise "
+                           "convolutions stays NCHW (the per-call weight copies cost more than channels-last "
+                           "saves); with it, such graphs run channels-last. Off by default: writes through "
+                           "`p.data` (EMA updates, manual re-initialisation) do not bump `_version` and would "
+                           "go unseen",
 }
 
 
