@@ -533,3 +533,43 @@ def test_a_rounded_value_computed_once_per_column_is_stored_from_its_array(codeg
     def inputs(shape):
         return [torch.randn(shape).to(dtype), torch.randn(1, *shape[1:]).to(dtype).expand(shape)]
     run_calls(fn, [inputs((11, 3, 31)), inputs((12, 8, 36))], codegen, dynamic=False)
+
+
+PADDED_BACKWARD = r"""
+import sys, torch, fuse_all
+sys.path[:0] = sys.argv[2:]
+from fuse_all_optest import compile_fn, make
+
+def fn(a0, a1):
+    v0 = torch.ge(a0, a1)
+    v2 = torch.sigmoid(torch.nn.functional.pad(a0, [1, 1, 2, 0])) * 2 - 1
+    return torch.atan(v2 ** 2), torch.nn.functional.logsigmoid(v2), v0, a1.squeeze(), a1[-9:-1]
+
+compiled = compile_fn(fn, sys.argv[1], dynamic=True, allow_fallback=True)   # a failure is a recorded fallback
+for shape in ((13, 8, 3), (18, 9, 2)):
+    a0 = make(shape[1:] + shape[:1]).permute(2, 0, 1).requires_grad_(True)
+    a1 = make(shape[1:]).requires_grad_(True)
+    got, want = compiled(a0, a1), fn(a0, a1)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+fallbacks = [r.fallback_reason for r in fuse_all.compiled_graphs() if r.fallback_reason]
+assert not fallbacks, fallbacks
+print("@@ok")
+"""
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_a_backward_whose_sizes_hold_symbols_only_inside_sums_defines_them(codegen):
+    """Under dynamic shapes, the recompiled graph's backward (compiled ahead, with the forward) gets the
+    padded tangents of size (s62, s74 + 2, s19 + 2) and no input whose size is s74 itself: the host program
+    read s74 without defining it (HostProgramError: the backward ran in ATen). Such symbols are now computed
+    back from the sizes: s74 = arg.size(1) - 2. Fuzz: seed 131 index 480 (Triton). Run in a new process, as
+    the fuzzer runs programs: inside this suite's process the failure did not show (not understood)."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run([sys.executable, "-c", PADDED_BACKWARD, codegen, os.path.join(os.path.dirname(here), "ops"),
+                           here], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert "@@ok" in proc.stdout and "HostProgramError" not in proc.stderr, proc.stderr[-3000:]

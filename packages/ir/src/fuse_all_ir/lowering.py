@@ -295,6 +295,8 @@ class GraphLowering:
             for d, s in enumerate(spec.stride):
                 if isinstance(s, sympy.Symbol) and s not in self.size_symbols:
                     self.size_symbols[s] = f"{name}.stride({d})"
+            for d, s in enumerate(spec.size):
+                self._define_from_affine_size(s, f"{name}.size({d})")
         elif isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
             expr = sym(val)
             self.inputs.append(GraphInput(name, "symint", symbol=expr))
@@ -322,6 +324,27 @@ class GraphLowering:
         self.constants[name] = value
         self.nodes[name] = Node(name, NodeKind.INPUT, spec)
         return buffer_value(name, spec)
+
+    def _define_from_affine_size(self, size, host_size: str) -> None:
+        """A symbol that reaches the graph only inside a size such as `s74 + 2` (a padded gradient's
+        dims in a backward graph, fuzz seed 131 index 480) is computed back from that size:
+        s = (size - b) // a for a size a*s + b with integer a, b."""
+        if isinstance(size, sympy.Symbol) or not isinstance(size, sympy.Expr):
+            return
+        symbols = free_size_symbols(size)
+        if len(symbols) != 1:
+            return
+        (symbol,) = symbols
+        if symbol in self.size_symbols:
+            return
+        poly = sympy.Poly(size, symbol) if size.is_polynomial(symbol) else None
+        if poly is None or poly.degree() != 1:
+            return
+        a, b = poly.all_coeffs()
+        if not (a.is_Integer and b.is_Integer) or a == 0:
+            return
+        base = f"({host_size} - {int(b)})" if b != 0 else host_size
+        self.size_symbols[symbol] = base if a == 1 else f"{base} // {int(a)}"
 
     def _record_hints(self, val):
         values = [val] if not isinstance(val, torch.Tensor) else list(val.shape) + list(val.stride())
