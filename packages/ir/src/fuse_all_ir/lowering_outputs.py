@@ -81,17 +81,14 @@ def _host_value(node: torch.fx.Node):
 
 
 def _overlaps(val) -> bool:
-    """Whether a traced tensor has a broadcast dim (stride 0, size other than 1): its elements overlap."""
+    """Whether a traced tensor has a broadcast dim (stride 0, size other than 1): its elements overlap.
+    Read from the sizes' and strides' expressions: `int()` of a SymInt would specialize it (a guard that
+    turns the graph's dynamic size into a constant while the graph still uses its symbol, fuzz seed 131
+    index 686)."""
     if not isinstance(val, torch.Tensor):
         return False
-    return any(_static_int(stride) == 0 and _static_int(size) != 1 for size, stride in zip(val.shape, val.stride()))
-
-
-def _static_int(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):   # a size without a fixed value
-        return None
+    from .lowering import sym   # lowering imports this module
+    return any(sym(stride) == 0 and sym(size) != 1 for size, stride in zip(val.shape, val.stride()))
 
 
 def view_of_realized_source(g, node: torch.fx.Node, stride) -> BufferRef | None:
