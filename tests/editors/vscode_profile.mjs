@@ -43,7 +43,7 @@ async function main() {
     // The fusion picture: its lens opens a webview; clicking a node moves the cursor to its line.
     const lenses = page.locator('.contentWidgets .codelens-decoration');
     const picture = lenses.locator('a', { hasText: /^Fusion picture/ }).first();
-    await picture.waitFor({ timeout: 60000 });
+    await picture.waitFor({ timeout: 150000 });   // the language server's first start imports torch: >60 s on a loaded 2-core CI host
     await picture.click();
     const tab = page.locator('.tabs-container .tab').filter({ hasText: 'Fusion:' }).first();
     await tab.waitFor({ timeout: 20000 });
