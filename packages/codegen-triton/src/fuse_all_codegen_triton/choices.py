@@ -35,6 +35,7 @@ class TritonChoices(FusionChoices):
     unfuse_matmul_bias: bool = True     # mm + bias add in the consumer: plain cuBLAS tiles beat cuBLASLt's epilogue
     recompute_shared_pointwise: bool = True   # recompute small shared pointwise values: less memory traffic
     random_in_kernel: bool = True       # dropout & co. fuse: Philox numbers in the kernels, not ATen's mask
+    gather_in_kernel: bool = True       # embedding / indexing fuse: indirect loads, not one ATen launch each
 
     def choose_kernel_shape(self, kernel, size_hints: dict | None = None) -> KernelShape:
         plan = kernel.tiling

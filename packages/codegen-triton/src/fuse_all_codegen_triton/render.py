@@ -214,11 +214,14 @@ class _Writer:
             parts.append(extra)
         return " & ".join(parts) or None
 
-    def pointer(self, base: str, index, fam: frozenset, masked: bool = False) -> str:
+    def pointer(self, base: str, index, fam: frozenset, masked: bool = False, offset: "_Value | None" = None) -> str:
         code = triton_index(index)
+        own = self.families(index)
+        if offset is not None:   # a gather: the computed element offset (int64) joins the address
+            code, own = f"{code} + {offset.code}", own | offset.fam
         # the mask/value has more families than the index, or a block mask (even of shape [1, 1]) meets a
         # fixed address: broadcast the pointer, tl.load refuses a block mask on a scalar pointer
-        if self.families(index) != fam or (masked and not self.families(index)):
+        if own != fam or (masked and not own):
             code = f"{code} + tl.zeros({self.shape(fam)}, tl.int32)"
         return f"{base} + ({code})"
 
@@ -351,8 +354,9 @@ class _Writer:
         else:
             base = f"out_ptr{self.k.outputs.index(st.buffer)}"
         own = self.values[st.mask] if st.mask is not None else None
-        fam = self.families(st.index) | (own.fam if own else frozenset())
-        args = [self.pointer(base, st.index, fam, masked=own is not None)]
+        offset = self.values[st.offset] if st.offset is not None else None
+        fam = self.families(st.index) | (own.fam if own else frozenset()) | (offset.fam if offset else frozenset())
+        args = [self.pointer(base, st.index, fam, masked=own is not None, offset=offset)]
         mask = self.mask(fam, own.code if own else None)
         if mask:
             args.append(mask)

@@ -69,6 +69,9 @@ class FusionChoices:
     # per-call seed (`lowerings_random.py`), fused with their neighbours; off: they run in ATen, with ATen's
     # generator and its values (a target that must reproduce eager's random numbers keeps this off)
     random_in_kernel: bool = False
+    # embedding, advanced indexing and index_select as loads at computed positions (`lowerings_gather.py`),
+    # fused with their neighbours; off: ATen calls (which raise eager's IndexError on a bad index)
+    gather_in_kernel: bool = False
 
     # ---- fusion ---------------------------------------------------------------------------------------
     def candidate_order(self, node, candidates: list, shared_reads: Callable[[Any, Any], int]) -> list:

@@ -43,6 +43,8 @@ def refusal(kernel: Kernel, output: str, hints: dict | None = None) -> str | Non
         for i, st in enumerate(loop.body):
             if not (isinstance(st, Load) and st.buffer == output):
                 continue
+            if st.offset is not None:
+                return f"reads {output} at computed positions (a gather): not provably the element it writes"
             if sympy.expand(sympy.sympify(st.index) - index) != 0:
                 return f"reads {output}[{st.index}] but writes {output}[{index}]: not the element it writes"
             if (p, i) > (phase, position):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from .indexing import ranges_id, simplify_index
-from .nodes import E, Node, mask_loads
+from .nodes import E, Node, load_parts, mask_loads
 from .program import Compute, Const, IndexValue, Kernel, Load, Loop, Reduce, Store
 from .rounding import unrounded_for_store
 from .symbolic import free_size_symbols, linear_index, rvar, sizes_equal, xvar
@@ -267,11 +267,15 @@ class KernelBuilder:
 
     def _emit_load(self, e: E) -> str:
         member = self.members.get(e.buffer)
+        mask_e, offset_e = load_parts(e)
         if member is None:
-            mask = self.emit(e.args[0]) if e.args else None
+            mask = self.emit(mask_e) if mask_e is not None else None
+            offset = self.emit(offset_e) if offset_e is not None else None
             index = self._simplify(e.index)
-            return self._add(("load", e.buffer, index, mask, repr(e.value)),
-                             lambda n: Load(n, e.buffer, index, e.dtype, mask, e.value))
+            return self._add(("load", e.buffer, index, mask, repr(e.value), offset),
+                             lambda n: Load(n, e.buffer, index, e.dtype, mask, e.value, offset))
+        if offset_e is not None:
+            raise IllegalFusion(f"{e.buffer} is read at computed positions (a gather) inside the kernel")
         if member.kind == "reduction":
             return self._reduced_value(member, e)
         if e.logical is None:

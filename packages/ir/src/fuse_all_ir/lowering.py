@@ -108,12 +108,14 @@ class GraphLowering:
     reduction nodes and fall back to ATen."""
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs, graph_id: str, device: str | None = None,
-                 recompute_shared: bool = False, random_in_kernel: bool = False):
+                 recompute_shared: bool = False, random_in_kernel: bool = False, gather_in_kernel: bool = False):
         self.gm = gm
         self.recompute_shared = recompute_shared   # see `_recomputable`
         # random ops as pointwise code from a per-call seeds buffer (lowerings_random.py), else ATen calls
         self.random_in_kernel = random_in_kernel
         self.random_seeds: str | None = None
+        # embedding / index / index_select as loads at computed positions (lowerings_gather.py), else ATen
+        self.gather_in_kernel = gather_in_kernel
         self.random_seeds_used = 0
         self.example_inputs = list(example_inputs)
         self.graph_id = graph_id

@@ -30,7 +30,9 @@ class E:
     kind: ExprKind
     dtype: DType
     op: Op | str = ""                  # the op for kind == "op"
-    args: tuple = ()                   # sub-expressions for ops; (mask, ) for masked loads
+    # sub-expressions for ops; for loads (mask,) when masked, (mask or None, offset) when the position is
+    # `index` plus a computed int64 element offset (a gather: embedding, advanced indexing); see load_parts
+    args: tuple = ()
     buffer: str = ""                   # for loads
     index: Optional[sympy.Expr] = None  # for loads and index values
     value: object = None               # constant value; `other` of masked loads
@@ -56,9 +58,22 @@ def op(name: str, args, dtype: str, origin=None) -> E:
     return E(ExprKind.OP, dtype, op=_op_name(name), args=tuple(args), origin=origin)
 
 
-def load(buffer: str, index, dtype: str, mask: E | None = None, other=0, logical=None) -> E:
-    return E(ExprKind.LOAD, dtype, buffer=buffer, index=sympy.sympify(index), args=(mask,) if mask is not None else (),
+def load(buffer: str, index, dtype: str, mask: E | None = None, other=0, logical=None, offset: E | None = None) -> E:
+    """A read of `buffer` at element `index` (+ the int64 value `offset`, when given: an indirect read, whose
+    position depends on loaded data; it never records a logical index, so it is never inlined)."""
+    if offset is not None:
+        args, logical = (mask, offset), None
+    else:
+        args = (mask,) if mask is not None else ()
+    return E(ExprKind.LOAD, dtype, buffer=buffer, index=sympy.sympify(index), args=args,
              value=other, logical=tuple(logical) if logical is not None else None)
+
+
+def load_parts(e: E) -> tuple[E | None, E | None]:
+    """(mask, offset) of a load expression; either may be None."""
+    mask = e.args[0] if e.args else None
+    offset = e.args[1] if len(e.args) > 1 else None
+    return mask, offset
 
 
 def mask_loads(e: E, mask: E) -> E:
@@ -70,9 +85,10 @@ def mask_loads(e: E, mask: E) -> E:
         if id(x) in memo:
             return memo[id(x)]
         if x.kind == "load":
-            existing = x.args[0] if x.args else None
+            existing, offset = load_parts(x)
             combined = mask if existing is None else op("logical_and", (existing, mask), "bool")
-            out = load(x.buffer, x.index, x.dtype, mask=combined, other=x.value, logical=x.logical)
+            out = load(x.buffer, x.index, x.dtype, mask=combined, other=x.value, logical=x.logical,
+                       offset=walk(offset) if offset is not None else None)
         elif x.kind == "op":
             out = E("op", x.dtype, op=x.op, args=tuple(walk(a) for a in x.args), origin=x.origin)
         else:

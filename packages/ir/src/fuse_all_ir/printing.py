@@ -1,7 +1,7 @@
 """Readable text of the IR before fusion (buffers and their expressions) and after (kernels)."""
 from __future__ import annotations
 
-from .nodes import E, LoweredGraph
+from .nodes import E, LoweredGraph, load_parts
 from .program import Compute, Const, ExternCall, IndexValue, Kernel, KernelCall, Load, Program, Reduce, Store
 from .symbolic import rvar, xvar
 
@@ -14,8 +14,10 @@ def _expr_text(e: E, names: dict, lines: list) -> str:
     elif e.kind == "index":
         text = f"index({e.index})"
     elif e.kind == "load":
-        mask = f", mask={_expr_text(e.args[0], names, lines)}" if e.args else ""
-        text = f"load({e.buffer}[{e.index}]{mask})"
+        mask, offset = load_parts(e)
+        mask = f", mask={_expr_text(mask, names, lines)}" if mask is not None else ""
+        at = f"{e.index} + {_expr_text(offset, names, lines)}" if offset is not None else f"{e.index}"
+        text = f"load({e.buffer}[{at}]{mask})"
     else:
         args = ", ".join(_expr_text(a, names, lines) for a in e.args)
         text = f"{e.op}({args})"
@@ -69,7 +71,8 @@ def format_kernel(kernel: Kernel) -> str:
 def _stmt_text(s) -> str:
     if isinstance(s, Load):
         mask = f" if {s.mask} else {s.other!r}" if s.mask else ""
-        return f"{s.name}: {s.dtype} = {s.buffer}[{s.index}]{mask}"
+        at = f"{s.index} + {s.offset}" if s.offset else f"{s.index}"
+        return f"{s.name}: {s.dtype} = {s.buffer}[{at}]{mask}"
     if isinstance(s, Const):
         return f"{s.name}: {s.dtype} = {s.value!r}"
     if isinstance(s, IndexValue):

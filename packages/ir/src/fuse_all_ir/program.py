@@ -18,7 +18,8 @@ Kernel semantics, which every codegen implements exactly:
 * Index expressions are sympy expressions over the ``x``/``r`` variables, the kernel's size symbols, and
   the integer functions `FloorDiv` / `ModularIndexing` from `fuse_all_ir.symbolic`. They are element
   offsets from the tensor's data pointer (`tensor.data_ptr()`, which already includes its storage offset).
-  Index variables and size symbols are int64 in every target.
+  Index variables and size symbols are int64 in every target. A `Load` may add a computed int64 value
+  (`offset`) to its index: a gather, whose address no analysis of `index` alone describes.
 * Dtypes, ops and reductions are the names of `vocabulary.py` (`DType`, `Op`, `ReductionOp`: str enums, so
   plain strings are accepted too); its tables say which dtype classes each op is emitted on.
 * `tiling` (a `fuse_all_ir.tiling.TilePlan`, or None) says how to walk the space, never what is computed:
@@ -76,6 +77,10 @@ class Load:
     dtype: DType
     mask: str | None = None          # a bool value; where False nothing is read and the value is `other`
     other: Union[int, float, bool] = 0
+    # an int64 value added to `index` (an indirect read: embedding rows, advanced indexing); where the
+    # lowering cannot prove it in bounds it masks the load itself. Targets whose choices keep gathers in
+    # ATen (`FusionChoices.gather_in_kernel`) never see one.
+    offset: str | None = None
 
 
 @dataclass(frozen=True)

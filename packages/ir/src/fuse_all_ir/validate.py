@@ -121,6 +121,8 @@ def validate_kernel(kernel: Kernel, program: Program | None = None) -> None:
                 check_index(stmt.index, where, loop.over_reduction)
                 if stmt.mask is not None and use(stmt.mask, where) != "bool":
                     fail(f"{where}: mask {stmt.mask!r} is not bool")
+                if stmt.offset is not None and use(stmt.offset, where) != "int64":
+                    fail(f"{where}: offset {stmt.offset!r} is not int64")
             elif isinstance(stmt, IndexValue):
                 check_index_value(stmt, where, loop.over_reduction, outer_vars, reduction_vars, size_symbols, fail)
             elif isinstance(stmt, Compute):
