@@ -11,15 +11,18 @@ loop's tail with the vector function too, padded). glibc has no masked variants 
 So the renderer declares each function libmvec vectorises under an assembler name of ours (`tanf` calls
 `fa_tanf`, rules.math_declarations); GCC then calls `fa_tanf` for scalars and `_ZGV<isa>N<lanes>v_fa_tanf`
 for vectors. `math_definitions` defines all of them in the translation unit: each pads its lanes into the
-widest variant the compile target has (its "canonical" one: AVX-512's 16 float lanes, else AVX2's 8,
+widest variant the compile target has (its "canonical" one: AVX-512's 16 float lanes, else AVX2's or AVX's 8,
 else SSE's 4; the same vec.h's explicit-vector loops call), calls it and keeps its own lanes. Lanes of a
 vector function are independent (a lane's result depends on its input only; special inputs go to the
 scalar fallback lane by lane), so a value computes the same bits in any lane of any call. The padding is a
 constant every function takes its fast path for, so a NaN or huge input pays no extra slow-path lanes.
 
 Costs: a call in the main loop is one extra jump (the wrapper tail-calls libmvec); a remainder element or a
-scalar call computes a whole vector (measured in bench notes of the commit: RESULTS/CHANGELOG). Hosts other
-than x86-64 Linux with libmvec have no vectorised functions (rules.libmvec_functions): nothing changes there.
+scalar call computes a whole vector: per scalar call tanf 6.3 ns instead of libm's 9.9, logf 5.3 instead of
+2.4 (Intel Xeon, AVX-512, 1 thread). Compile time: ~1.5 ms per entry point, 5 per function a translation
+unit calls (only those are defined). Hosts other than x86-64 Linux with libmvec have no vectorised functions
+(rules.libmvec_functions): nothing changes there. Not covered: GCC merges sinf(x) and cosf(x) of one x
+into libm's sincosf (and then leaves the loop scalar), as before.
 """
 from __future__ import annotations
 
