@@ -36,6 +36,7 @@ from .choices import numel as _numel, size_hint as _hint
 from .hoist import loop_invariants, positive_guard, row_invariant_half_loads
 from .index_printer import c_name, cpp_expr_type, cpp_index
 from .index_split import invariant_tests, split_ranges, with_values
+from .libm_variants import math_definitions
 from fuse_all_ir.normalize import normalize
 from fuse_all_ir.welford import two_pass_form, welford_groups
 from .reuse import plan_reuse
@@ -570,5 +571,6 @@ def render_translation_unit(program: Program, choices: CppChoices | None = None)
     """All kernels of `program` in one C++ source: compiled by one compiler call."""
     dtypes = program.buffer_dtypes()
     kernels = [render_kernel(kernel, dtypes, program.size_hints, choices) for kernel in program.kernels.values()]
-    parts = [f"// fuse-all: graph {program.graph_id}", prelude(), *helper_sources(kernels), *kernels]
+    code = "\n\n".join([*helper_sources(kernels), *kernels])
+    parts = [f"// fuse-all: graph {program.graph_id}", prelude(), code, math_definitions(code)]
     return "\n\n".join(parts) + "\n"

@@ -79,13 +79,18 @@ def libmvec_functions() -> frozenset[str]:
 
 
 def math_declarations(vectorised: frozenset[str]) -> str:
+    """libm's functions; those libmvec vectorises under our assembler names (`tanf` calls `fa_tanf`), which
+    the translation unit defines through one libmvec variant each (libm_variants.py: equal inputs give
+    equal results in a loop's vector body, its remainder and scalar code alike)."""
     lines = ['extern "C" {']
     for name in UNARY_LIBM + BINARY_LIBM:
         params = 1 if name in UNARY_LIBM else 2
         for fname, ctype in ((name + "f", "float"), (name, "double")):
+            label = ""
             if fname in vectorised:
                 lines.append("#pragma omp declare simd notinbranch")
-            lines.append(f"{ctype} {fname}({', '.join([ctype] * params)}) noexcept;")
+                label = f' __asm__("fa_{fname}")'
+            lines.append(f"{ctype} {fname}({', '.join([ctype] * params)}) noexcept{label};")
     lines.append("}")
     return "\n".join(lines)
 
