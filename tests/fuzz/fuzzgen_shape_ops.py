@@ -117,6 +117,43 @@ class ShapeOps:
             return None
         return self.emit(expr, min(v.lo, 0), max(v.hi, 1), v.exact, "shifted_view")
 
+    GATHER_FRAC = 0.1
+
+    def gather_output(self):
+        """One more output in a tenth of the programs: a value read at computed positions: index_select,
+        advanced indexing with negative and broadcast indices, embedding of a 2-D value (Triton lowers them
+        to loads at an offset the kernel computes, fuse_all_ir/lowerings_gather.py). The indices are made in
+        the graph from arange and the value's (maybe symbolic) size, always in range. Its own random stream,
+        like shifted_read_output."""
+        r = random.Random(f"fuse-all-fuzz-gather:{self.seed}:{self.index}")
+        if self.huge or r.random() >= self.GATHER_FRAC:
+            return None
+        values = [v for v in self.vals if v.ndim >= 1 and all(m.numel() > 0 for m in v.metas)]
+        if not values:
+            return None
+        v = r.choice(values)
+        N, n = v.name, v.ndim
+        d = r.randrange(n)
+        k, m = r.choice((1, 3, 7)), r.choice((1, 3, 5))
+
+        def positions(dim, count, negative=False):
+            pos = f"(torch.arange({count}, device={N}.device) * {m} % {N}.shape[{dim}])"
+            return f"({pos} - {N}.shape[{dim}])" if negative else pos
+        options = [("index_select", f"torch.index_select({N}, {d}, {positions(d, k)})"),
+                   ("index_neg", f"{N}[{':, ' * d}{positions(d, k, negative=True)}]")]
+        if n >= 2:
+            d2 = r.randrange(n)
+            if d2 != d:
+                a, b = sorted((d, d2))
+                rows = f"{positions(a, k, r.random() < 0.5)}[:, None]"
+                idx = ", ".join(rows if i == a else positions(b, 2) if i == b else ":" for i in range(b + 1))
+                options.append(("index_broadcast", f"{N}[{idx}]"))
+        if n == 2:
+            ids = f"{positions(0, 6)}.reshape(2, 3)"
+            options.append(("embedding", f"torch.nn.functional.embedding({ids}, {N})"))
+        tag, expr = r.choice(options)
+        return self.emit(expr, v.lo, v.hi, v.exact, tag)
+
     BROADCAST_VIEW_FRAC = 0.05
 
     def broadcast_view_output(self):
