@@ -57,3 +57,15 @@ def test_products_of_symbolic_sizes_are_guarded():
     assert not eval(guard, {"s0": 1, "s1": 2**31})
     hinted_big = render(reduction((s0,), (s1,), x0 * s1 + r0, (s0, s1)), hints={s0: 2**16, s1: 2**16})
     assert uses_int64(hinted_big) and hinted_big.source_int64 is None
+
+
+def test_bounds_that_fold_to_numbers_once_sizes_are_positive_are_compared():
+    """Fuzz seed 132 #457: the launch guard's bounds 3*s0**2 and 3*s0*(s0**2 // s0) - 1 differ by a number
+    only once s0 > 0 is known (FloorDiv folds); comparing them raised sympy's GeneratorsNeeded and the whole
+    backward graph ran in ATen."""
+    from torch.utils._sympy.functions import FloorDiv   # sizes from the shape environment carry torch's
+
+    from fuse_all_codegen_triton.indexing import _dominant
+    large, small = 3 * s0**2, 3 * s0 * FloorDiv(s0**2, s0) - 1
+    assert _dominant([large, small]) == [large]
+    assert _dominant([small, large]) == [large]

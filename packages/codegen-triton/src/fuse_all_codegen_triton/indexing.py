@@ -311,9 +311,11 @@ def _le(a, b) -> bool:
     if diff.is_number:
         return diff >= 0
     shifted = sympy.expand(diff.subs({s: s + 1 for s in diff.free_symbols}, simultaneous=True))
+    if shifted.is_number:   # FloorDiv(s**2, s) folds to s once s + 1 > 0 is known (fuzz seed 132 #457)
+        return bool(shifted >= 0)
     try:
         return all(c >= 0 for c in sympy.Poly(shifted, *shifted.free_symbols).coeffs())
-    except sympy.PolynomialError:
+    except (sympy.PolynomialError, sympy.polys.polyerrors.GeneratorsError):
         return False
 
 
