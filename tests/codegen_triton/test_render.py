@@ -183,7 +183,9 @@ def test_small_pointwise_kernels_get_latency_configs():
     dynamic = ke.cos_sin("cpu").program.kernels["kernel_0"]   # s0 elements, hinted 10_000
     assert target().render(dynamic, ke.cos_sin("cpu").program).spec["configs"][0]["XBLOCK"] == 1024
     ln = configs.persistent_configs(12, 768, True)          # bert 1x12's layer norm: one row per program
-    assert ln == [{"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 2, "num_stages": 1}]
+    # 12 programs for 132 SMs: latency-bound, the row spread over 8 warps (Inductor's RBLOCK // 128)
+    assert ln == [{"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 8, "num_stages": 1}]
+    assert configs.persistent_configs(1024, 768, True) == [{"XBLOCK": 2, "RBLOCK": 1024, "num_warps": 4, "num_stages": 1}]   # enough programs: as before
 
 
 def test_sum_of_bools_counts_and_max_of_bools_is_any(tmp_path):
