@@ -29,6 +29,10 @@ class Variable:
     meaning: str
 
 
+# Variables that change the code a compile generates: part of the graph cache's key (graph_cache.cache_tag),
+# so a warm start after flipping one compiles again instead of loading code made without it.
+CODE_VARIABLES = ("FUSE_ALL_COLUMN_SPLITS", "FUSE_ALL_REUSE_BUFFERS", "FUSE_ALL_LAYOUT_OPT", "FUSE_ALL_CXXFLAGS")
+
 VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_CACHE_DIR", "`~/.cache/fuse-all`", "all stages",
              "root of the caches (host programs, C++ builds, Triton autotune results); created 0700"),

@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,9 @@ def cache_tag(opts, mode, decompositions: dict) -> str | None:
         return None
     table = hashlib.sha256("\n".join(sorted(_core_ops(decompositions))).encode()).hexdigest()[:16]
     options = repr(sorted((k, v) for k, v in dataclasses.asdict(opts).items() if k != "progress"))
-    return f"fuse_all:{code_identity()}:{mode!r}:{options}:{table}"
+    from .config import CODE_VARIABLES
+    switches = repr([(name, os.environ.get(name)) for name in CODE_VARIABLES])
+    return f"fuse_all:{code_identity()}:{mode!r}:{options}:{switches}:{table}"
 
 
 def _core_ops(decompositions: dict) -> list[str]:

@@ -82,6 +82,17 @@ def test_layout_switch_is_part_of_the_key_and_the_decision_survives_a_warm_start
     assert max(cold["error"], off["error"], warm["error"]) < 1e-4
 
 
+def test_variables_that_change_the_generated_code_are_part_of_the_key(tmp_path):
+    """FUSE_ALL_REUSE_BUFFERS=0 (like FUSE_ALL_COLUMN_SPLITS, which A/B runs on the GPU flip) changes the
+    host program; a warm start must not load the one made without it."""
+    cold = _run(tmp_path)
+    off = _run(tmp_path, FUSE_ALL_REUSE_BUFFERS="0")
+    assert off["hits"] == 0
+    assert _run(tmp_path, FUSE_ALL_REUSE_BUFFERS="0")["hits"] == 1
+    assert _run(tmp_path)["hits"] == 1
+    assert max(cold["error"], off["error"]) < 1e-4
+
+
 def test_inductor_entries_and_ours_never_mix(tmp_path):
     inductor = _run(tmp_path, "inductor")
     assert inductor["saved"] == 1 and inductor["records"] == []
