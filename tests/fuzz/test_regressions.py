@@ -45,6 +45,23 @@ def test_minimum_maximum_of_a_broadcast_scalar(codegen, dtype):
     run_calls(fn, [[torch.randn((), dtype=dtype), b], [torch.tensor([float("nan")], dtype=dtype), b]], codegen)
 
 
+@pytest.mark.triton
+def test_any_and_all_of_a_loop_invariant_bool_in_a_looped_reduction():
+    """Triton: `all`/`amax` of `v1 < a0`, `v1` a one-element buffer and `a0` an expanded (stride-0) input,
+    under dynamic shapes: every step of the looped reduction ORs the same scalar load into its accumulator,
+    and the interpreter computed the scalar comparison as float32 data ("ufunc 'bitwise_or' not
+    supported"; such loads are [1, 1] blocks now). Fuzz: seed 132 index 1068 (triton), replayed whole; the
+    GPU twin is tests/cuda/test_fuzz_regressions_cuda.py."""
+    import fuzzcheck
+    import fuzzgen
+    fuzzcheck.quiet()
+    prog = fuzzgen.generate(132, 1068, max_numel=1500, dynamic_frac=0.5, half_frac=0.3, train_frac=0.5)
+    assert "amax" in prog.describe() and "torch.all" in prog.describe()
+    res = fuzzcheck.run_program(prog, "triton")
+    assert res.invalid is None and res.kernels > 0
+    assert not res.findings, [f"{f.kind}: {f.detail}" for f in res.findings]
+
+
 def _automatic_dynamic(fn, shapes, codegen, make_inputs):
     """Three calls with changing sizes under automatic dynamic shapes (the third reuses the dynamic graph)."""
     run_calls(fn, [make_inputs(s) for s in shapes], codegen, dynamic=None)

@@ -356,7 +356,11 @@ class _Writer:
         own = self.values[st.mask] if st.mask is not None else None
         offset = self.values[st.offset] if st.offset is not None else None
         fam = self.families(st.index) | (own.fam if own else frozenset()) | (offset.fam if offset else frozenset())
-        args = [self.pointer(base, st.index, fam, masked=own is not None, offset=offset)]
+        # a reduction kernel's load of one fixed element is a [1, 1] block, not a scalar: Triton's CPU
+        # interpreter computes comparisons of scalars as float32 data, which `acc | value` then rejects
+        # (fuzz seed 132 #1068); compiled code is the same either way
+        fixed = self.two_d and not fam
+        args = [self.pointer(base, st.index, fam, masked=own is not None or fixed, offset=offset)]
         mask = self.mask(fam, own.code if own else None)
         if mask:
             args.append(mask)
