@@ -62,6 +62,29 @@ def test_any_and_all_of_a_loop_invariant_bool_in_a_looped_reduction():
     assert not res.findings, [f"{f.kind}: {f.detail}" for f in res.findings]
 
 
+@pytest.mark.parametrize("codegen", BOTH)
+def test_squeeze_of_a_size_that_only_a_guard_makes_one(codegen):
+    """`x.chunk(2, 1)[-1]` of a (rows, s) input under dynamic shapes has width s - (s + 1)//2, which a guard
+    makes 1 for s in {2, 3}; `.squeeze()` drops that dim in torch, the lowering kept it (it only knew
+    literal 1s), and the output read the wrong elements (29 of 65 wrong for s = 3). Fuzz: seed 133 index
+    1292 (cpp)."""
+    def fn(a0):
+        v3 = torch.floor(a0.chunk(2, 1)[-1]).unsqueeze(1).expand(-1, 5, -1)
+        return torch.round(v3.squeeze())
+    calls = [[make((cols, rows), torch.float16, low=-3, high=3).t()] for rows, cols in ((11, 2), (13, 3))]
+    run_calls(fn, calls, codegen, dynamic=True)
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+def test_unbind_of_a_dim_whose_size_a_guard_fixed(codegen):
+    """`a.unflatten(0, (2, -1)).unbind(1)` under dynamic shapes: the unbound dim is s // 2, a symbol that a
+    guard fixed, and int() of it sent the graph to ATen. Fuzz: seed 133 index 602 (cpp)."""
+    def fn(a0):
+        return a0.unflatten(0, (2, -1)).unbind(1)[-1] * 2
+    calls = [[make((1, cols)).expand(rows, cols)[:, 1:]] for rows, cols in ((2, 34), (4, 36))]
+    run_calls(fn, calls, codegen, dynamic=True)
+
+
 def _automatic_dynamic(fn, shapes, codegen, make_inputs):
     """Three calls with changing sizes under automatic dynamic shapes (the third reuses the dynamic graph)."""
     run_calls(fn, [make_inputs(s) for s in shapes], codegen, dynamic=None)

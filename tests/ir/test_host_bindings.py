@@ -65,3 +65,14 @@ def test_compiled_convolution_and_addmm_use_the_bindings():
     assert "= torch._C._VariableFunctions.convolution   # aten.convolution.default" in source
     assert "= torch._C._VariableFunctions.addmm   # aten.addmm.default" in source
     assert "torch.ops.aten.convolution" not in source
+
+
+def test_ensure_layout_to_an_expanded_layout_writes_one_copy_and_expands_it():
+    """An ATen call's result whose traced layout repeats elements (stride 0: a squeeze of an expand run in
+    ATen) cannot be copied into overlapping memory; the relayout writes one copy along those dims."""
+    import torch
+    from fuse_all_ir.runtime import ensure_layout
+    base = torch.randn(4, 1).expand(4, 5)                 # values repeat along dim 1
+    got = ensure_layout(base.contiguous(), (4, 5), (1, 0))
+    assert got.stride() == (1, 0) and torch.equal(got, base)
+    assert ensure_layout(base.contiguous(), (4, 5), (1, 4)).stride() == (1, 4)

@@ -472,6 +472,10 @@ def _with_traced_dtypes(result, val):
     buffer read as float16 by the backward gave gradients of 150 for 0, fuzz seed 51 index 1496)."""
     if isinstance(result, (tuple, list)) and isinstance(val, (tuple, list)) and len(result) == len(val):
         return type(result)(_with_traced_dtypes(r, v) for r, v in zip(result, val))
+    if isinstance(result, Value) and isinstance(val, torch.Tensor) and result.ndim != val.dim():
+        # a lowering that disagrees with torch on the result's rank reads wrong elements downstream (a squeeze
+        # of a size only a guard makes 1, fuzz seed 133 #1292): the op runs in ATen instead
+        raise Unsupported(f"lowered to {result.ndim} dims where torch traced {val.dim()}")
     if not (isinstance(result, Value) and isinstance(val, torch.Tensor) and dtypes.is_supported(val.dtype)):
         return result
     traced = _dtype_str(val.dtype)

@@ -52,8 +52,9 @@ def unsqueeze_dims(x: Value, dims) -> Value:
     return Value(tuple(size), x.dtype, lambda idx: x.loader([idx[d] for d in keep]), view)
 
 
-def squeeze_dims(x: Value, dims) -> Value:
-    dims = {_dim(d, x.ndim) for d in dims if x.size[_dim(d, x.ndim)] == 1}
+def squeeze_dims(x: Value, dims, known_one=frozenset()) -> Value:
+    """`x` without those of `dims` whose size is 1 (`known_one`: dims whose symbolic size a guard made 1)."""
+    dims = {_dim(d, x.ndim) for d in dims if x.size[_dim(d, x.ndim)] == 1 or _dim(d, x.ndim) in known_one}
     keep = [d for d in range(x.ndim) if d not in dims]
     size = tuple(x.size[d] for d in keep)
     view = _view_of(x, size, [x.view.stride[d] for d in keep], x.view.offset) if x.view else None
@@ -179,7 +180,21 @@ def _squeeze(g, x, dims=None):
         dims = list(range(x.ndim))
     elif isinstance(dims, int):
         dims = [dims]
-    return squeeze_dims(x, dims)
+    return squeeze_dims(x, dims, _guarded_ones(g, x))
+
+
+def _guarded_ones(g, x: Value) -> frozenset:
+    """Dims of the op's first argument whose symbolic size the shape environment knows is 1 (a guard such
+    as `Eq(s - (s + 1)//2, 1)` after a chunk): torch squeezed them, so must we (fuzz seed 133 #1292: the
+    squeeze was skipped and the output read the wrong elements)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    node = g.current
+    arg = node.args[0] if node is not None and node.args else None
+    val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or val.dim() != x.ndim:
+        return frozenset()
+    return frozenset(d for d, n in enumerate(val.shape)
+                     if isinstance(n, torch.SymInt) and x.size[d] != 1 and statically_known_true(n == 1))
 
 
 @lowers(aten.expand.default, aten.expand_copy.default)
@@ -289,7 +304,15 @@ def _unbind(g, x, dim=0):
     if x.view is None:
         g.realize(x)
     dim = _dim(dim, x.ndim)
-    return tuple(squeeze_dims(slice_value(x, dim, i, i + 1, clamp=False), [dim]) for i in range(int(x.size[dim])))
+    count = x.size[dim]
+    if not sympy.sympify(count).is_Integer:
+        # a symbolic extent (s // 2 after an unflatten) that a guard fixed: torch traced that many pieces
+        # (fuzz seed 133 #602: int() of the symbol sent the graph to ATen)
+        traced = g.current.meta.get("val") if g.current is not None else None
+        if not isinstance(traced, (tuple, list)):
+            raise Unsupported(f"unbind of a dim of symbolic size {count}")
+        count = len(traced)
+    return tuple(squeeze_dims(slice_value(x, dim, i, i + 1, clamp=False), [dim]) for i in range(int(count)))
 
 
 @lowers(aten.as_strided.default, aten.as_strided_copy.default)

@@ -48,6 +48,13 @@ def ensure_layout(tensor: torch.Tensor, size: tuple, stride: tuple) -> torch.Ten
     kernels index by the predicted strides, so re-lay the result out when it differs."""
     if tensor.stride() == stride or tensor.numel() <= 1:
         return tensor
+    if any(st == 0 and n > 1 for n, st in zip(size, stride)):
+        # the predicted layout repeats elements (an expanded view): write one copy along those dims and
+        # expand it; a copy into overlapping memory is refused
+        base = tuple(1 if st == 0 else n for n, st in zip(size, stride))
+        out = torch.empty_strided(base, stride, dtype=tensor.dtype, device=tensor.device)
+        out.copy_(tensor[tuple(slice(0, 1) if st == 0 else slice(None) for st in stride)])
+        return out.expand(size)
     out = torch.empty_strided(size, stride, dtype=tensor.dtype, device=tensor.device)
     out.copy_(tensor)
     return out
