@@ -100,7 +100,9 @@ def _code(text: str) -> str:
 
 
 def _called(code: str) -> set[str]:
-    return set(re.findall(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(", code))
+    # `__builtin_pow(` calls `pow` too: GCC binds the builtin to the declared (renamed) symbol; the index
+    # printer writes symbolic float math that way
+    return set(re.findall(r"\b(?:__builtin_)?([A-Za-z_][A-Za-z0-9_]*)\s*\(", code))
 
 
 @functools.lru_cache(None)
