@@ -138,3 +138,39 @@ def test_the_cpp_target_keeps_gathers_in_aten_and_eagers_index_error():
     assert aten_gathers() == ["aten.embedding.default"]
     with pytest.raises(IndexError):
         fn(w, torch.tensor([1, 10]))
+
+
+def backward_externs() -> list[str]:
+    return [e.target for g in fuse_all.compiled_graphs() if g.kind == "backward" for e in g.externs]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.triton
+def test_embedding_gradient_is_a_scatter_add_fused_with_its_producer(dynamic):
+    """The weight's gradient adds every token's row into its index's row (many tokens share an index here),
+    in the kernel computing the gradient; the padding row gets none. Judged against float64, relative to
+    eager's own error: the adds' order differs from ATen's."""
+    weight = make((12, 20), requires_grad=True)
+    ids = indices(12, (6, 9))
+    ids[:, :3] = 5                  # duplicates: atomic adds into one row
+    ids[0, 3:5] = 2                 # the padding row
+
+    def fn(w, i):
+        return F.layer_norm(F.embedding(i, w, padding_idx=2) * 3, [20])
+    checked(fn, weight, ids, codegen="triton", grad=True, grad_vs_float64=True, dynamic=dynamic)
+    assert "aten.embedding_dense_backward.default" not in backward_externs()
+
+
+@pytest.mark.triton
+def test_embedding_gradient_stays_in_aten_under_deterministic_algorithms_and_for_half():
+    weight = make((12, 8), requires_grad=True)
+    ids = indices(12, (4, 5))
+    try:
+        torch.use_deterministic_algorithms(True)
+        checked(lambda w, i: F.embedding(i, w).tanh(), weight, ids, codegen="triton", grad=True)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert backward_externs() == ["aten.embedding_dense_backward.default"]
+    half = make((12, 8), torch.float16, requires_grad=True)
+    checked(lambda w, i: F.embedding(i, w).tanh(), half, ids, codegen="triton", grad=True)
+    assert backward_externs() == ["aten.embedding_dense_backward.default"]

@@ -560,10 +560,11 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, s
                   choices: CppChoices | None = None) -> str:
     """One kernel as an `extern "C"` C++ function (needs the prelude of `render_translation_unit`);
     `choices` picks its shape (`CppChoices.choose_kernel_shape`)."""
-    if any(isinstance(st, Load) and st.offset is not None for st in kernel.statements()):
+    if any((isinstance(st, Load) and st.offset is not None) or (isinstance(st, Store) and st.accumulate)
+           for st in kernel.statements()):
         # CppChoices keeps gathers in ATen (their index errors are eager's IndexError); a Program from
         # other choices would need bounds checks and hoisting rules this renderer does not have
-        raise NotImplementedError(f"{kernel.name}: the C++ codegen renders no indirect loads (gathers)")
+        raise NotImplementedError(f"{kernel.name}: the C++ codegen renders no gathers or scatter-adds")
     return KernelRenderer(kernel, buffer_dtypes, size_hints, choices).render()
 
 

@@ -376,14 +376,20 @@ class _Writer:
 
     def store(self, st: Store) -> None:
         value = self.values[st.value]
+        offset = self.values[st.offset] if st.offset is not None else None
+        own = self.values[st.mask] if st.mask is not None else None
         # a store of a constant to a fixed address (0-d output) still runs per lane, masked to lane 0
-        fam = self.families(st.index) | value.fam or frozenset({"x"})
+        fam = (self.families(st.index) | value.fam | (offset.fam if offset else frozenset())
+               | (own.fam if own else frozenset())) or frozenset({"x"})
         base = f"out_ptr{self.k.outputs.index(st.buffer)}"
-        args = [self.pointer(base, st.index, fam), value.code]
-        mask = self.mask(fam)
+        args = [self.pointer(base, st.index, fam, offset=offset), value.code]
+        mask = self.mask(fam, own.code if own else None)
         if mask:
-            args.append(mask)
-        self.emit(f"tl.store({', '.join(args)})")
+            args.append(f"mask={mask}" if st.accumulate else mask)
+        if st.accumulate:   # a scatter-add: other points may add into the same element
+            self.emit(f"tl.atomic_add({', '.join(args)}, sem='relaxed')")
+        else:
+            self.emit(f"tl.store({', '.join(args)})")
         for scope, key in self.load_keys.pop(st.buffer, []):   # later loads must see the new values
             scope.pop(key, None)
 

@@ -100,6 +100,8 @@ def splittable(kernel: Kernel) -> str | None:
     """None when `kernel` can be split, else why not."""
     if not kernel.reduction:
         return "not a reduction"
+    if any(isinstance(s, Store) and s.accumulate for s in kernel.statements()):
+        return "it scatter-adds"
     if {s.buffer for s in kernel.statements() if isinstance(s, Load)} & set(kernel.outputs):
         # the partial kernels skip the stores: a load of what the kernel wrote would read old values
         return "reads a buffer it writes"

@@ -335,7 +335,8 @@ def _render_step(program: Program, target: KernelTarget, step, specs: dict, hand
         return [f"{step.buffer} = reinterpret_tensor({step.reuse}, {py_tuple(spec.size)}, "
                 f"{py_tuple(spec.stride)}, 0); del {step.reuse}  # reuse"]
     if isinstance(step, Alloc):
-        return [_alloc(step.buffer, program.buffers[step.buffer], program.device)]
+        lines = [_alloc(step.buffer, program.buffers[step.buffer], program.device)]
+        return lines + ([f"{step.buffer}.zero_()"] if step.zero else [])
     if isinstance(step, Free):
         return [f"del {step.buffer}"]
     if isinstance(step, KernelCall):

@@ -38,6 +38,8 @@ def refusal(kernel: Kernel, output: str, hints: dict | None = None) -> str | Non
     if len(stores) != 1:
         return f"{len(stores)} stores to {output}, not one"
     phase, position, store = stores[0]
+    if store.accumulate or store.offset is not None:
+        return f"scatter-adds into {output}: its elements are not each written once"
     index = sympy.sympify(store.index)
     for p, loop in enumerate(kernel.loops):
         for i, st in enumerate(loop.body):

@@ -219,6 +219,12 @@ class KernelBuilder:
         elif what == "store_reduced":
             where = node_store_index(self.group, m, self.spaces.get(m.name))
             self.body.append(Store(m.name, self._simplify(where), self.reduced[m.name]))
+        elif m.scatter is not None:
+            index, _ = node_index(self.group, m, self.spaces.get(m.name))
+            value = self.emit(m.expression(index))
+            static, offset, mask = m.scatter.position(index)
+            self.body.append(Store(m.name, self._simplify(static), value, offset=self.emit(offset),
+                                   mask=self.emit(mask), accumulate=True))
         elif m.name in self.stored:
             index, _ = node_index(self.group, m, self.spaces.get(m.name))
             value = self.emit(unrounded_for_store(m.expression(index), m.spec.dtype))
@@ -276,6 +282,8 @@ class KernelBuilder:
                              lambda n: Load(n, e.buffer, index, e.dtype, mask, e.value, offset))
         if offset_e is not None:
             raise IllegalFusion(f"{e.buffer} is read at computed positions (a gather) inside the kernel")
+        if member.scatter is not None:
+            raise IllegalFusion(f"{e.buffer} is read in the kernel that scatter-adds into it")
         if member.kind == "reduction":
             return self._reduced_value(member, e)
         if e.logical is None:

@@ -18,14 +18,17 @@ from __future__ import annotations
 import sympy
 import torch
 
-from .lowering import Unsupported, lowers
+from .lowering import Unsupported, buffer_value, contiguous_strides, lowers, sym
 from .lowerings_pointwise import broadcast_sizes, cast
-from .nodes import E, Value, View, const, index_value, load, op
+from .nodes import E, Node, Scatter, Value, View, const, index_value, load, op
+from .program import TensorSpec
 from .symbolic import linear_index
+from .vocabulary import NodeKind
 
 aten = torch.ops.aten
 
-GATHER_OPS = (aten.embedding.default, aten.index.Tensor, aten.index_select.default)
+GATHER_OPS = (aten.embedding.default, aten.index.Tensor, aten.index_select.default,
+              aten.embedding_dense_backward.default)
 _INDEX_DTYPES = ("int64", "int32")
 
 
@@ -140,3 +143,41 @@ def _advanced_index(g, x: Value, entries: list, wrap: bool) -> Value:
             positions.append((pos, inside, source.stride[d]))
         return _gather(source, x.dtype, static, positions)
     return Value(size, x.dtype, loader)
+
+
+@lowers(aten.embedding_dense_backward)
+def embedding_dense_backward(g, grad: Value, indices: Value, num_weights, padding_idx, scale_grad_by_freq):
+    """The weight's gradient as a scatter-add: every token's gradient row is added atomically into the row of
+    its index in a zero-filled (num_weights, D) buffer (`nodes.Scatter`), in the kernel that computes the
+    gradient (Inductor does the same; ATen sorts the indices first, in several kernels). Float32 only: eager
+    accumulates float16/bfloat16 rows in float32, which atomic adds into the narrow buffer would not. The
+    sum's order differs from ATen's, so the result is not bitwise reproducible: with deterministic algorithms
+    requested the op stays in ATen."""
+    _require_gathers(g)
+    if scale_grad_by_freq:
+        raise Unsupported("scale_grad_by_freq: per-index counts first")
+    if torch.are_deterministic_algorithms_enabled():
+        raise Unsupported("deterministic algorithms requested: atomic adds sum in any order")
+    if grad.dtype != "float32" or grad.ndim < 1:
+        raise Unsupported(f"a {grad.dtype} gradient (atomic adds in float32 only)")
+    _index_dtype_ok(indices)
+    width = grad.size[-1]
+    rows = sym(num_weights)
+    target = TensorSpec("float32", (rows, width), contiguous_strides((rows, width)), sympy.Integer(0), g.device)
+    space = tuple(grad.size)
+
+    def position(idx):
+        pos, inside = _position(indices.loader(list(idx[:-1])), rows, wrap=False)
+        if padding_idx is not None and padding_idx >= 0:   # the padding row gets no gradient
+            inside = op("logical_and", (inside, op("ne", (pos, const(int(padding_idx), "int64")), "bool")), "bool")
+        offset = pos if width == 1 else op("mul", (pos, index_value(width)), "int64")
+        return idx[-1], offset, inside
+
+    def body(idx):
+        # masked-off points store nothing; the mask in the value also makes the indices a read of this node
+        return op("where", (position(idx)[2], grad.loader(list(idx)), const(0.0, "float32")), "float32")
+    name = g.new_name()
+    spec = TensorSpec("float32", space, contiguous_strides(space), sympy.Integer(0), g.device)
+    g.nodes[name] = Node(name, NodeKind.POINTWISE, spec, body=body, iter_order=tuple(range(len(space))),
+                         origins=g._origins(), scatter=Scatter(target, position))
+    return buffer_value(name, target)

@@ -132,6 +132,10 @@ def plan_reuse(program: Program) -> Program:
     taken: dict[str, str] = {}     # donor -> the buffer that reuses it
     steps = []
     for position, step in enumerate(program.steps):
+        if isinstance(step, Alloc) and step.reuse is None and step.zero:
+            own.add(step.buffer)   # a scatter-add's zero-filled destination: a fresh allocation
+            steps.append(step)
+            continue
         if isinstance(step, Alloc) and step.reuse is None:
             spec = program.buffers[step.buffer]
             as_output = step.buffer in outputs

@@ -153,6 +153,15 @@ def expr_stats(value: Value) -> tuple[int, set]:
 
 
 @dataclass
+class Scatter:
+    """A node whose values are added into another layout's buffer at computed positions (a scatter-add):
+    the node iterates its `spec` (the source's space), and its buffer, zero-filled, has the layout `target`.
+    `position(index)` gives (static element index, int64 offset E, bool mask E) for a point of the space."""
+    target: TensorSpec
+    position: Callable
+
+
+@dataclass
 class Node:
     """A buffer of the lowered graph.
 
@@ -174,6 +183,12 @@ class Node:
     # nodes whose kernel this one joins when legal although it reads none of them: the statistics of one
     # variance (welford_m2 beside welford_mean of the same values share one accumulator and one read)
     fuse_with: tuple = ()
+    scatter: Optional[Scatter] = None   # a scatter-add node (its buffer's layout is scatter.target)
+
+    @property
+    def layout(self) -> TensorSpec:
+        """The layout of this node's buffer in memory."""
+        return self.scatter.target if self.scatter is not None else self.spec
 
     @property
     def is_compute(self) -> bool:

@@ -83,7 +83,9 @@ def _stmt_text(s) -> str:
         mask = f" where {s.mask}" if s.mask else ""
         return f"{s.name}: {s.dtype} = reduce_{s.op}({s.arg}){mask}"
     if isinstance(s, Store):
-        return f"{s.buffer}[{s.index}] = {s.value}"
+        at = f"{s.index} + {s.offset}" if s.offset else f"{s.index}"
+        op = "+=" if s.accumulate else "="
+        return f"{s.buffer}[{at}] {op} {s.value}" + (f" if {s.mask}" if s.mask else "")
     return repr(s)
 
 

@@ -124,6 +124,11 @@ class Store:
     buffer: str
     index: sympy.Expr
     value: str
+    # a scatter-add (embedding's gradient): `buffer[index + offset] += value` atomically where `mask` holds;
+    # the buffer's Alloc zero-fills it, and no statement of the kernel reads it
+    offset: str | None = None
+    mask: str | None = None
+    accumulate: bool = False
 
 
 Stmt = Union[Load, Const, IndexValue, Compute, Reduce, Store]
@@ -213,6 +218,7 @@ class Alloc:
     buffer: str
     reuse: str | None = None
     in_place: bool = False
+    zero: bool = False                   # filled with zeros (a scatter-add's destination)
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,8 @@ def schedule(lowered: LoweredGraph, choices: FusionChoices | None = None) -> Pro
                 continue
             kernels[name] = kernel
             for b in kernel.outputs:
-                buffers[b] = nodes[b].spec
-                steps.append(Alloc(b))
+                buffers[b] = nodes[b].layout
+                steps.append(Alloc(b, zero=nodes[b].scatter is not None))
             steps.append(KernelCall(name))
             report.groups.append({"kernel": name, "nodes": list(kernel.fused_nodes), "why": _why(unit),
                                   "aten_ops": list(dict.fromkeys(o.aten_op for o in kernel.origins)),

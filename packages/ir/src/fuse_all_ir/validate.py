@@ -104,6 +104,12 @@ def validate_kernel(kernel: Kernel, program: Program | None = None) -> None:
                 if stmt.buffer not in kernel.outputs:
                     fail(f"{where} stores to {stmt.buffer!r}, not one of its outputs {kernel.outputs}")
                 check_index(stmt.index, where, loop.over_reduction)
+                if stmt.offset is not None and use(stmt.offset, where) != "int64":
+                    fail(f"{where}: offset {stmt.offset!r} is not int64")
+                if stmt.mask is not None and use(stmt.mask, where) != "bool":
+                    fail(f"{where}: mask {stmt.mask!r} is not bool")
+                if stmt.accumulate and any(isinstance(s, Load) and s.buffer == stmt.buffer for s in kernel.statements()):
+                    fail(f"{where}: reads {stmt.buffer!r}, which it scatter-adds into")
                 value_dtype = use(stmt.value, where)
                 if stmt.buffer in buffer_dtype and value_dtype != buffer_dtype[stmt.buffer]:
                     fail(f"{where} stores a {value_dtype} value into {buffer_dtype[stmt.buffer]} buffer "
