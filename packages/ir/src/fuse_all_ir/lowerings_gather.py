@@ -56,12 +56,17 @@ def _position(index: E, extent, wrap: bool) -> tuple[E, E]:
     return pos, inside
 
 
+def _element_offset(pos: E, stride) -> E:
+    """`pos` (int64) times `stride` elements."""
+    stride = sympy.sympify(stride)
+    return pos if stride == 1 else op("mul", (pos, index_value(stride)), "int64")
+
+
 def _gather(source: View, dtype: str, static: sympy.Expr, positions: list[tuple[E, E, sympy.Expr]]) -> E:
     """A load of `source` at `static` + the sum of position * stride, masked to positions in range."""
     offset, valid = None, None
     for pos, inside, stride in positions:
-        stride = sympy.sympify(stride)
-        term = pos if stride == 1 else op("mul", (pos, index_value(stride)), "int64")
+        term = _element_offset(pos, stride)
         offset = term if offset is None else op("add", (offset, term), "int64")
         valid = inside if valid is None else op("logical_and", (valid, inside), "bool")
     return load(source.buffer, static, dtype, mask=valid, other=0, offset=offset)
@@ -77,15 +82,7 @@ def embedding(g, weight: Value, indices: Value, padding_idx=-1, scale_grad_by_fr
     _require_gathers(g)
     if not isinstance(weight, Value) or not isinstance(indices, Value) or weight.ndim != 2:
         raise Unsupported("embedding of a 2-D weight by an index tensor only")
-    _index_dtype_ok(indices)
-    source = _in_memory(g, weight)
-    rows = weight.size[0]
-
-    def loader(idx):
-        pos, inside = _position(indices.loader(list(idx[:-1])), rows, wrap=False)
-        static = source.offset + idx[-1] * source.stride[1]
-        return _gather(source, weight.dtype, static, [(pos, inside, source.stride[0])])
-    return Value(tuple(indices.size) + (weight.size[1],), weight.dtype, loader)
+    return _advanced_index(g, weight, [indices, None], wrap=False)   # weight[indices], negatives out of range
 
 
 @lowers(aten.index_select)
@@ -170,8 +167,7 @@ def embedding_dense_backward(g, grad: Value, indices: Value, num_weights, paddin
         pos, inside = _position(indices.loader(list(idx[:-1])), rows, wrap=False)
         if padding_idx is not None and padding_idx >= 0:   # the padding row gets no gradient
             inside = op("logical_and", (inside, op("ne", (pos, const(int(padding_idx), "int64")), "bool")), "bool")
-        offset = pos if width == 1 else op("mul", (pos, index_value(width)), "int64")
-        return idx[-1], offset, inside
+        return idx[-1], _element_offset(pos, width), inside
 
     def body(idx):
         # masked-off points store nothing; the mask in the value also makes the indices a read of this node

@@ -22,7 +22,7 @@ import functools
 
 import torch
 
-from .nodes import E, Value, op
+from .nodes import E, Value, load_parts, op
 from .vocabulary import DType, ExprKind, Op
 
 NARROW_FLOATS = frozenset((DType.FLOAT16, DType.BFLOAT16))
@@ -43,7 +43,7 @@ def _representable(value, dtype: str) -> bool:
 def is_rounded(e: E) -> bool:
     """Whether `e`'s value is certainly a value of its (narrow float) dtype."""
     if e.kind == ExprKind.LOAD:       # memory holds the narrow type; a masked load's `other` is a constant
-        return not e.args or e.args[0] is None or _representable(e.value, e.dtype)
+        return load_parts(e)[0] is None or _representable(e.value, e.dtype)
     if e.kind == ExprKind.CONST:
         # a constant is a float32 number (eager's opmath scalar: `x * 0.1` multiplies by float32 0.1)
         return _representable(e.value, e.dtype)
