@@ -172,14 +172,12 @@ def test_python_printer(name, expr):
 def test_cpp_printer(tmp_path):
     from fuse_all_codegen_cpp import compiler
     from fuse_all_codegen_cpp.index_printer import cpp_index
-    from fuse_all_codegen_cpp.libm_variants import math_definitions
-    from fuse_all_codegen_cpp.render import prelude
+    from fuse_all_codegen_cpp.render import translation_unit
 
     body = [f"  out[{i}] = (double)({cpp_index(e, value=True)});" for i, (_, e) in enumerate(KERNEL_CASES)]
     params = ", ".join(f"int64_t {s}" for s in SYMBOLS)
     code = f'extern "C" void probe(double* out, {params}) {{\n' + "\n".join(body) + "\n}\n"
-    # a translation unit defines the libm entry points it calls (render_translation_unit does the same)
-    source = prelude() + "\n" + code + math_definitions(code)
+    source = translation_unit("probe", code)   # with the libm entry points the code calls
     lib = compiler.load_library(source)
     fn = lib.kernel("probe", 1, len(SYMBOLS))
     for values in VALUES:

@@ -568,10 +568,15 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict[str, str] | None = None, s
     return KernelRenderer(kernel, buffer_dtypes, size_hints, choices).render()
 
 
+def translation_unit(graph_id: str, code: str) -> str:
+    """`code` (kernels and their helpers) as a whole C++ source: the prelude, then the code, then the libm
+    entry points the code calls (libm_variants.py)."""
+    parts = [f"// fuse-all: graph {graph_id}", prelude(), code, math_definitions(code)]
+    return "\n\n".join(parts).rstrip("\n") + "\n"
+
+
 def render_translation_unit(program: Program, choices: CppChoices | None = None) -> str:
     """All kernels of `program` in one C++ source: compiled by one compiler call."""
     dtypes = program.buffer_dtypes()
     kernels = [render_kernel(kernel, dtypes, program.size_hints, choices) for kernel in program.kernels.values()]
-    code = "\n\n".join([*helper_sources(kernels), *kernels])
-    parts = [f"// fuse-all: graph {program.graph_id}", prelude(), code, math_definitions(code)]
-    return "\n\n".join(parts) + "\n"
+    return translation_unit(program.graph_id, "\n\n".join([*helper_sources(kernels), *kernels]))

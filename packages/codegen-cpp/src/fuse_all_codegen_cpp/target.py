@@ -14,8 +14,7 @@ from fuse_all_ir.program import Kernel, Program
 
 from .choices import CppChoices
 from .launcher import packed_name
-from .libm_variants import math_definitions
-from .render import c_name, helper_sources, prelude, render_kernel
+from .render import c_name, helper_sources, render_kernel, translation_unit
 
 
 def _py_string(text: str) -> str:
@@ -46,9 +45,7 @@ class CppTarget:
         self.shared = kernel_sharing.share(sources, lambda name: _normalized(c_name(name), sources[name]))
         unique = [text for name, text in sources.items() if self.shared[name] == name]
         code = "\n\n".join([*helper_sources(unique), *unique, *(packed_entry(text) for text in unique)])
-        # then the libm entry points it calls (libm_variants.py)
-        source = "\n\n".join([f"// fuse-all: graph {program.graph_id}", prelude(), code, math_definitions(code)])
-        source = source.rstrip("\n") + "\n"
+        source = translation_unit(program.graph_id, code)
         lines = [
             "from fuse_all_codegen_cpp import load_library as _fa_load_library",
             "",
