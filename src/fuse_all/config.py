@@ -31,7 +31,8 @@ class Variable:
 
 # Variables that change the code a compile generates: part of the graph cache's key (graph_cache.cache_tag),
 # so a warm start after flipping one compiles again instead of loading code made without it.
-CODE_VARIABLES = ("FUSE_ALL_COLUMN_SPLITS", "FUSE_ALL_REUSE_BUFFERS", "FUSE_ALL_LAYOUT_OPT", "FUSE_ALL_CXXFLAGS")
+CODE_VARIABLES = ("FUSE_ALL_COLUMN_SPLITS", "FUSE_ALL_REUSE_BUFFERS", "FUSE_ALL_LAYOUT_OPT", "FUSE_ALL_CXXFLAGS",
+                  "FUSE_ALL_SMALL_MATMUL_ROWS")
 
 VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_CACHE_DIR", "`~/.cache/fuse-all`", "all stages",
@@ -73,6 +74,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_COLUMN_SPLITS", "chosen per kernel", "fuse_all_ir",
              "`n`: split every splittable reduction compiled for Triton (column or contiguous) into `n` chunks (a "
              "partial and a final kernel per reduction phase); for tests and experiments"),
+    Variable("FUSE_ALL_SMALL_MATMUL_ROWS", "`16`", "fuse_all_codegen_triton",
+             "`mm`/`addmm` with at most this many static rows or columns run as generated reductions fused with "
+             "their bias add and consumers instead of cuBLAS; `0`: every matrix product in cuBLAS"),
 )
 
 # Variables read only by the test suite, the benchmark scripts and the editor tests; not user settings.

@@ -260,9 +260,12 @@ class Generator(PointwiseOps, ShapeOps):
         broadcast_sum = self.broadcast_sum_output()   # after those, for the same reason
         if broadcast_sum is not None:
             outs.append(broadcast_sum)
-        gathered = self.gather_output()   # last of all, for the same reason
+        gathered = self.gather_output()   # after those, for the same reason
         if gathered is not None:
             outs.append(gathered)
+        product = self.matmul_output()   # last of all, for the same reason
+        if product is not None:
+            outs.append(product)
         return Program(self.seed, self.index, self.inputs, self.lines, [o.name for o in outs],
                        dynamic=self.dynamic, train=self.train, tags=self.tags,
                        exact_names={v.name for v in self.vals if v.exact})

@@ -154,6 +154,39 @@ class ShapeOps:
         tag, expr = r.choice(options)
         return self.emit(expr, v.lo, v.hi, v.exact, tag)
 
+    MATMUL_FRAC = 0.1
+
+    def matmul_output(self):
+        """One more output in a tenth of the programs: a float value flattened to a matrix times a small
+        matrix made in the graph (exact quarters), from either side: few columns ([R, C] @ [C, k]) or few
+        rows ([k, R] @ [R, C]), maybe with a bias (addmm). Triton lowers such products to reductions over
+        the inner dim (fuse_all_ir/lowerings_matmul.py); bigger ones and C++ keep ATen. A random stream of
+        its own, as shifted_read_output."""
+        r = random.Random(f"fuse-all-fuzz-matmul:{self.seed}:{self.index}")
+        if self.huge or r.random() >= self.MATMUL_FRAC:
+            return None
+        values = [v for v in self.vals if v.ndim >= 1 and v.dtype in (torch.float32, torch.float16, torch.bfloat16,
+                                                                      torch.float64)
+                  and all(m.numel() > 0 for m in v.metas)]
+        if not values:
+            return None
+        v = r.choice(values)
+        N = v.name
+        k = r.choice((1, 2, 5, 16))
+        flat = f"{N}.reshape(-1, {N}.shape[-1])"
+        inner = max(m.shape[-1] for m in v.metas)
+        if r.random() < 0.5:   # few columns: [R, C] @ [C, k]
+            small = f"((torch.arange({N}.shape[-1] * {k}, device={N}.device) % 7 - 3) / 4).to({N}.dtype).reshape(-1, {k})"
+            expr, terms = f"{flat} @ {small}", inner
+        else:                  # few rows: [k, R] @ [R, C]
+            rows = f"{flat}.shape[0]"
+            small = f"((torch.arange({k} * {rows}, device={N}.device) % 5 - 2) / 4).to({N}.dtype).reshape({k}, -1)"
+            expr, terms = f"{small} @ {flat}", max(m.numel() // max(m.shape[-1], 1) for m in v.metas)
+        bound = terms * v.bound() * 0.75
+        if r.random() < 0.3:
+            expr, bound = f"torch.addmm(torch.ones((), device={N}.device, dtype={N}.dtype), {expr[:expr.index(' @ ')]}, {expr[expr.index(' @ ') + 3:]})", bound + 1
+        return self.emit(expr, -bound, bound, False, "matmul")
+
     BROADCAST_VIEW_FRAC = 0.05
 
     def broadcast_view_output(self):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 import fuse_all_ir as ir
+from torch.fx.experimental.proxy_tensor import make_fx
 from ir_testing import lower
 
 
@@ -44,11 +45,26 @@ def test_a_reduction_becomes_a_reduction_node_with_its_space(nonzero):
 
 
 def test_an_op_without_lowering_becomes_an_extern_call_with_its_reason(nonzero):
-    compiled = lower(lambda x, w: ((x.relu() @ w).exp(),), nonzero(8, 16), nonzero(16, 4))
+    compiled = lower(lambda x: (x.relu().cumsum(0).exp(),), nonzero(8, 16))
     assert sorted(kinds(compiled).values()).count("extern") == 1
     (extern,) = compiled.lowered.externs
-    assert extern.target == "aten.mm.default" and "no lowering" in extern.reason
-    assert "aten.mm.default" not in ir.lowered_ops() and "aten.add.Tensor" in ir.lowered_ops()
+    assert extern.target == "aten.cumsum.default" and "no lowering" in extern.reason
+    assert "aten.cumsum.default" not in ir.lowered_ops() and "aten.add.Tensor" in ir.lowered_ops()
+
+
+def test_a_matrix_product_stays_in_aten_unless_the_target_lowers_small_ones(nonzero):
+    """Target-neutral choices keep every product in ATen, with the reason; a target's `small_matmul_rows`
+    lowers a skinny one to a reduction (lowerings_matmul.py)."""
+    fn, inputs = (lambda x, w: ((x.relu() @ w).exp(),)), (nonzero(8, 16), nonzero(16, 4))
+    (extern,) = lower(fn, *inputs).lowered.externs
+    assert extern.target == "aten.mm.default" and "keeps matrix products in ATen" in extern.reason
+    assert "aten.mm.default" not in ir.lowered_ops()
+
+    class Small(ir.FusionChoices):
+        small_matmul_rows = 4
+    compiled = ir.lower(make_fx(fn)(*inputs), inputs, "g", validate=True, choices=Small())
+    assert compiled.lowered.externs == [] and "aten.mm.default" in ir.lowered_ops(Small())
+    assert [n.kind for n in compiled.lowered.nodes.values() if n.is_compute].count("reduction") == 1
 
 
 def test_lowered_values_match_eager(nonzero):

@@ -41,9 +41,11 @@ def test_conv_batchnorm_relu_and_residual_blocks_in_inference(codegen, layout):
 
 
 @pytest.mark.parametrize("codegen", BOTH)
-def test_a_row_normalisation_of_a_matmul_result_in_place(codegen):
+def test_a_row_normalisation_of_a_matmul_result_in_place(codegen, monkeypatch):
     """The reduction reads each row whole before the same kernel point overwrites it. (A variance would not
-    go in place: its one-pass form shifts by the row's first element, re-read while the row is written.)"""
+    go in place: its one-pass form shifts by the row's first element, re-read while the row is written.)
+    The products are ATen calls here (Triton would make these small ones reductions)."""
+    monkeypatch.setenv("FUSE_ALL_SMALL_MATMUL_ROWS", "0")
     def f(x, w, v):
         y = x @ w
         return ((y - y.mean(-1, keepdim=True)) * torch.rsqrt((y * y).mean(-1, keepdim=True) + 1e-5)) @ v
@@ -53,7 +55,8 @@ def test_a_row_normalisation_of_a_matmul_result_in_place(codegen):
 
 
 @pytest.mark.parametrize("codegen", BOTH)
-def test_transposed_and_broadcast_reads_stay_out_of_place(codegen):
+def test_transposed_and_broadcast_reads_stay_out_of_place(codegen, monkeypatch):
+    monkeypatch.setenv("FUSE_ALL_SMALL_MATMUL_ROWS", "0")   # y: an ATen call's result
     def f(x, w):
         y = x @ w                                  # dies at the next kernel, read transposed and broadcast
         return ((y.t() + y[:1]).sin() @ w,)

@@ -14,7 +14,8 @@ The block sizes themselves (XBLOCK/RBLOCK candidates, warps) are `configs.py`, a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 import sympy
 
@@ -24,6 +25,14 @@ PERSISTENT_MAX_RNUMEL = 8192   # reductions up to this (concrete) size keep the 
 # A column reduction keeps the row in registers only when it is this short: a long persistent column
 # leaves room for a single column per program (no coalescing); looped, XBLOCK columns walk the rows.
 PERSISTENT_MAX_COLUMN = 256
+# mm/addmm with at most this many static rows (or columns) run as generated reductions over K: on the H200
+# cuBLAS's skinny GEMMs are latency-bound (bench/RESULTS.md, "skinny products"); FUSE_ALL_SMALL_MATMUL_ROWS
+# overrides it (0: every product in cuBLAS)
+SMALL_MATMUL_ROWS = 16
+
+
+def _small_matmul_rows() -> int:
+    return int(os.environ.get("FUSE_ALL_SMALL_MATMUL_ROWS", SMALL_MATMUL_ROWS))
 
 
 @dataclass
@@ -36,6 +45,7 @@ class TritonChoices(FusionChoices):
     recompute_shared_pointwise: bool = True   # recompute small shared pointwise values: less memory traffic
     random_in_kernel: bool = True       # dropout & co. fuse: Philox numbers in the kernels, not ATen's mask
     gather_in_kernel: bool = True       # embedding / indexing fuse: indirect loads, not one ATen launch each
+    small_matmul_rows: int = field(default_factory=_small_matmul_rows)   # skinny mm/addmm as reductions
 
     def choose_kernel_shape(self, kernel, size_hints: dict | None = None) -> KernelShape:
         plan = kernel.tiling

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import (lowerings_gather, lowerings_pointwise, lowerings_pool, lowerings_random,  # noqa: F401  (register lowerings)
-               lowerings_reduce, lowerings_view)
+from . import (lowerings_gather, lowerings_matmul, lowerings_pointwise,  # noqa: F401  (register lowerings)
+               lowerings_pool, lowerings_random, lowerings_reduce, lowerings_view)
 from .choices import FusionChoices
 from .column_split import split_reductions
 from .compile_timing import phase
@@ -45,8 +45,10 @@ def _lower(gm, example_inputs, graph_id, device, validate, reuse_buffers, choice
             unfuse_matmul_bias(gm, random_in_kernel)
         recompute = choices is not None and choices.recompute_shared_pointwise
         gathers = choices is not None and choices.gather_in_kernel
+        small_matmul_rows = choices.small_matmul_rows if choices is not None else 0
         lowered = GraphLowering(gm, example_inputs, graph_id, device, recompute_shared=recompute,
-                                random_in_kernel=random_in_kernel, gather_in_kernel=gathers).run()
+                                random_in_kernel=random_in_kernel, gather_in_kernel=gathers,
+                                small_matmul_rows=small_matmul_rows).run()
     with phase("fusion_schedule"):
         program = schedule(lowered, choices)
         if choices is not None and choices.split_reductions:   # a grid target: idle programs are lost time
@@ -63,10 +65,12 @@ def _lower(gm, example_inputs, graph_id, device, validate, reuse_buffers, choice
 def lowered_ops(choices: FusionChoices | None = None) -> list[str]:
     """Names of the ATen overloads that lower to fused code (everything else runs in ATen); with `choices`,
     those that do for that target (random ops only where `choices.random_in_kernel`, gathers only where
-    `choices.gather_in_kernel`)."""
+    `choices.gather_in_kernel`, small matrix products only where `choices.small_matmul_rows`)."""
     kept = ()
     if choices is not None and not choices.random_in_kernel:
         kept += tuple(lowerings_random.RANDOM_OPS)
     if choices is not None and not choices.gather_in_kernel:
         kept += lowerings_gather.GATHER_OPS
+    if choices is None or not choices.small_matmul_rows:
+        kept += lowerings_matmul.MATMUL_OPS
     return sorted({str(op) for op in LOWERINGS if op not in kept})

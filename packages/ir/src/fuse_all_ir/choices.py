@@ -63,7 +63,7 @@ class FusionChoices:
     # (`matmul_bias.py`): on CUDA, cuBLASLt's bias epilogue picks slower GEMM tiles than plain cuBLAS
     unfuse_matmul_bias: bool = False
     # a small pointwise value read by several consumers is recomputed in each instead of written to memory
-    # and read back (`lowering._recomputable`): pays where kernels are memory-bound and launches cheap
+    # and read back (`GraphLowering._recomputable`): pays where kernels are memory-bound and launches cheap
     recompute_shared_pointwise: bool = False
     # dropout, rand/randn(_like) and bernoulli as pointwise code on random numbers made in the kernels from a
     # per-call seed (`lowerings_random.py`), fused with their neighbours; off: they run in ATen, with ATen's
@@ -72,6 +72,9 @@ class FusionChoices:
     # embedding, advanced indexing and index_select as loads at computed positions (`lowerings_gather.py`),
     # fused with their neighbours; off: ATen calls (which raise eager's IndexError on a bad index)
     gather_in_kernel: bool = False
+    # `mm`/`addmm` with at most this many (static) rows or columns as a generated reduction over K
+    # (`lowerings_matmul.py`), fused with its bias add and consumers; 0: every matrix product is an ATen call
+    small_matmul_rows: int = 0
 
     # ---- fusion ---------------------------------------------------------------------------------------
     def candidate_order(self, node, candidates: list, shared_reads: Callable[[Any, Any], int]) -> list:

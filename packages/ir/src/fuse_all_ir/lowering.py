@@ -22,6 +22,9 @@ from .symbolic import free_size_symbols, linear_index
 from .vocabulary import NodeKind, reduction
 
 LOWERINGS: dict = {}
+# ops whose lowering applies only under some targets' choices or for some sizes: op -> fn(g, fx node) -> bool,
+# asked before lowering starts (whether a shared value may stay an expression in that consumer)
+LOWERING_GATES: dict = {}
 MAX_CONSTANT_ELEMENTS = 4096
 
 
@@ -108,7 +111,8 @@ class GraphLowering:
     reduction nodes and fall back to ATen."""
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs, graph_id: str, device: str | None = None,
-                 recompute_shared: bool = False, random_in_kernel: bool = False, gather_in_kernel: bool = False):
+                 recompute_shared: bool = False, random_in_kernel: bool = False, gather_in_kernel: bool = False,
+                 small_matmul_rows: int = 0):
         self.gm = gm
         self.recompute_shared = recompute_shared   # see `_recomputable`
         # random ops as pointwise code from a per-call seeds buffer (lowerings_random.py), else ATen calls
@@ -116,6 +120,8 @@ class GraphLowering:
         self.random_seeds: str | None = None
         # embedding / index / index_select as loads at computed positions (lowerings_gather.py), else ATen
         self.gather_in_kernel = gather_in_kernel
+        # mm/addmm with at most this many rows or columns as reductions (lowerings_matmul.py), else ATen
+        self.small_matmul_rows = small_matmul_rows
         self.random_seeds_used = 0
         self.example_inputs = list(example_inputs)
         self.graph_id = graph_id
@@ -411,6 +417,13 @@ class GraphLowering:
         except Exception as exc:  # noqa: BLE001 - anything else is an op we don't model
             raise Unsupported(f"python op {node.target}: {exc}") from exc
 
+    def _recomputable(self, node: torch.fx.Node, ops: int, buffers: set) -> bool:
+        """The value's expression (`ops` nodes over `buffers`) is small (see RECOMPUTE_MAX_OPS) and every
+        consumer is lowered to kernel code (an ATen call or the graph output needs the buffer)."""
+        if ops > RECOMPUTE_MAX_OPS or len(buffers) > RECOMPUTE_MAX_READS:
+            return False
+        return all(lowers_in_kernel(self, user) for user in node.users)
+
     def _maybe_realize(self, node, result):
         """A value read by several consumers becomes a buffer (the fusion pass may still put producer and
         consumers into one kernel); a value read once stays an expression inside its consumer."""
@@ -421,7 +434,7 @@ class GraphLowering:
             self.realize(result, _meta_stride(node))
             return
         ops, buffers = expr_stats(result)   # one probe of the expression serves both tests
-        if (shared and not _recomputable(node, ops, buffers)) or ops > 64:
+        if (shared and not self._recomputable(node, ops, buffers)) or ops > 64:
             self.realize(result, _meta_stride(node))
         else:
             self.inlined.append((_target_name(node.target), CURRENT_ORIGIN.get()))
@@ -510,14 +523,15 @@ RECOMPUTE_MAX_OPS = 30
 RECOMPUTE_MAX_READS = 4
 
 
-def _recomputable(node: torch.fx.Node, ops: int, buffers: set) -> bool:
-    """The value's expression (`ops` nodes over `buffers`) is small (see RECOMPUTE_MAX_OPS) and every consumer
-    is an op with a lowering (an ATen call or the graph output needs the buffer)."""
-    if ops > RECOMPUTE_MAX_OPS or len(buffers) > RECOMPUTE_MAX_READS:
+def lowers_in_kernel(g, node: torch.fx.Node) -> bool:
+    """Whether `node` is an op this lowering turns into kernel code (not an ATen call), as far as its traced
+    values tell: a lowering exists, its dtypes have codegen, and its gate (LOWERING_GATES) lets it in."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return False
-    return all(user.op == "call_function" and isinstance(user.target, torch._ops.OpOverload)
-               and LOWERINGS.get(user.target) is not None and _unlowerable_reason(user) is None
-               for user in node.users)
+    if LOWERINGS.get(node.target) is None or _unlowerable_reason(node) is not None:
+        return False
+    gate = LOWERING_GATES.get(node.target)
+    return gate is None or gate(g, node)
 
 
 def _stride_rank(stride):

@@ -25,14 +25,14 @@ _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, at
           aten.squeeze.dim, aten.squeeze.default, aten.expand.default}
 
 
-def _only_pointwise_uses(node: torch.fx.Node, elementwise: frozenset = frozenset()) -> bool:
+def only_pointwise_uses(node: torch.fx.Node, elementwise: frozenset = frozenset()) -> bool:
     if not node.users:
         return False
     for user in node.users:
         if user.op != "call_function" or not isinstance(user.target, torch._ops.OpOverload):
             return False
         if user.target in _VIEWS:
-            if not _only_pointwise_uses(user, elementwise):
+            if not only_pointwise_uses(user, elementwise):
                 return False
         elif torch.Tag.pointwise not in user.target.tags and user.target not in elementwise:
             return False
@@ -56,7 +56,7 @@ def unfuse_matmul_bias(gm: torch.fx.GraphModule, random_in_kernel: bool = False)
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target is not aten.addmm.default:
             continue
-        if not (_plain(node) and _only_pointwise_uses(node, elementwise)):
+        if not (_plain(node) and only_pointwise_uses(node, elementwise)):
             continue
         bias, x, w = node.args
         traced = node.meta["val"]
