@@ -248,8 +248,9 @@ def _warn_lowered_ops_in_aten(graph_id: str, externs, choices=None) -> None:
     """One line per graph when ops that fuse-all fuses elsewhere run as ATen calls here (an unsupported
     dtype such as complex, a case their lowering refuses). Ops without a lowering (matmul, convolution, ...)
     run in ATen by design and are only listed in the fusion report, as do random ops on a target that keeps
-    ATen's generator (`choices.random_in_kernel` off: C++)."""
-    lowered = set(ir.lowered_ops(choices))
+    ATen's generator (`choices.random_in_kernel` off: C++) and matrix products too large for the target's
+    reduction (`ir.sized_ops`)."""
+    lowered = set(ir.lowered_ops(choices)) - ir.sized_ops()
     degraded = [e for e in externs if e.target in lowered]
     if not degraded:
         return

@@ -61,14 +61,17 @@ def test_half_operands_accumulate_in_float32_and_round_once(dtype):
 
 @pytest.mark.parametrize("shape, why", [
     (((17, 32), (32, 24)), "neither side small"),
-    (((12, 32), (32, 2048)), "more outputs than cuBLAS's time"),
+    (((12, 32), (32, 4096)), "more outputs than pay"),
 ])
-def test_larger_products_stay_in_aten(shape, why):
+def test_larger_products_stay_in_aten(shape, why, caplog):
+    """By design (cuBLAS is faster there): the report gives the reason, and no fallback warning is logged."""
     (a, b) = (make(s) for s in shape)
-    judged(lambda a, b: a @ b, a, b)
+    with caplog.at_level("WARNING", logger="fuse_all"):
+        judged(lambda a, b: a @ b, a, b)
     assert aten_products() == ["aten.mm.default"], why
     (extern,) = [e for g in fuse_all.compiled_graphs() for e in g.externs]
     assert "product" in extern.reason
+    assert "instead of fused kernels" not in caplog.text
 
 
 def test_float64_stays_in_aten():

@@ -5,7 +5,7 @@ program renderer through `KernelTarget`, into scheduling and kernel shapes throu
 into fuse-all through one `TargetSpec` registration (`targets.py`).
 """
 from .__about__ import __version__
-from .api import Compiled, lower, lowered_ops
+from .api import Compiled, lower, lowered_ops, sized_ops
 from .choices import FusionChoices, KernelShape
 from .targets import (TargetSpec, TargetUnavailable, get_target, register_target, registered_targets,
                       select_target, target_names, unregister_target)
@@ -43,7 +43,7 @@ __all__ = [
     "KernelKind", "NodeKind", "NonFinite", "Op", "OpResult", "ReductionOp", "compute_dtype", "dtype_class", "is_float",
     "is_positional", "is_welford", "has_welford", "two_pass_form", "welford_groups", "non_finite", "reduction_identity", "FusionChoices", "KernelShape",
     "TargetSpec", "TargetUnavailable", "get_target", "register_target", "registered_targets", "select_target",
-    "target_names", "unregister_target", "Compiled", "lower", "lowered_ops", "format_kernel", "format_lowered", "format_program", "UnsupportedDtype", "dtype_name", "torch_dtype", "KernelTarget", "load_host_program",
+    "target_names", "unregister_target", "Compiled", "lower", "lowered_ops", "sized_ops", "format_kernel", "format_lowered", "format_program", "UnsupportedDtype", "dtype_name", "torch_dtype", "KernelTarget", "load_host_program",
     "HostProgramError", "unresolved_names", "SYMPY_FUNCTIONS", "UnsupportedSymbolic",
     "render_host_program", "BINARY_OPS", "DTYPES", "OP_ARITY", "REDUCTION_OPS", "TERNARY_OPS", "UNARY_OPS",
     "Alloc", "BufferRef", "Compute", "Const", "ExternCall", "Free", "GraphInput", "IndexValue", "Kernel",

@@ -62,6 +62,12 @@ def _lower(gm, example_inputs, graph_id, device, validate, reuse_buffers, choice
     return Compiled(lowered, program)
 
 
+def sized_ops() -> frozenset[str]:
+    """Ops a target lowers only at some sizes (skinny matrix products, `choices.small_matmul_rows`): an ATen
+    call for the other sizes is by design (cuBLAS is faster there), not a fallback worth a warning."""
+    return frozenset(str(op) for op in lowerings_matmul.MATMUL_OPS)
+
+
 def lowered_ops(choices: FusionChoices | None = None) -> list[str]:
     """Names of the ATen overloads that lower to fused code (everything else runs in ATen); with `choices`,
     those that do for that target (random ops only where `choices.random_in_kernel`, gathers only where
