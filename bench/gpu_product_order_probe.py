@@ -7,6 +7,10 @@ The generated kernel for out[m, n] = sum_k x[m, k] * w[n, k] walks the outputs w
 activation row, from L2. Column order (n outer, m inner) puts the M rows that share a weight row side by side
 in one block, so the repeats come from L1. Both kernels below are written the way render.py writes reductions
 (flat xindex, div/mod, masked loads); µs per call by CUDA-graph replay.
+
+Caveat (measured after, RESULTS.md session 12): each shape is replayed alone, so its weight stays in L2 between
+calls. In a model the weights come from DRAM, and column order with its short K chunks (few bytes in flight per
+program) lost there: bert_1x12's reduce-overhead went 0.856 -> 0.909 ms. fuse-all kept row order.
 """
 from __future__ import annotations
 

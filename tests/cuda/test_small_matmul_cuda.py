@@ -30,7 +30,7 @@ def judged(fn, *inputs):
     assert_near_float64(actual, fn(*inputs), reference, "output", atol=TOL[actual.dtype][0])
 
 
-@pytest.mark.parametrize("k, n", [(768, 768), (3072, 768), (768, 3072), (2048, 1000)])
+@pytest.mark.parametrize("k, n", [(768, 768), (3072, 768), (2048, 1000)])
 @pytest.mark.parametrize("rows", [1, 12])
 def test_bert_sized_layers(rows, k, n):
     x = torch.randn(rows, k, device=DEVICE)
@@ -49,7 +49,7 @@ def test_half_operands(dtype):
 
 
 def test_wide_products_keep_cublas():
-    x, w = torch.randn(12, 768, device=DEVICE), torch.randn(4096, 768, device=DEVICE)
+    x, w = torch.randn(12, 768, device=DEVICE), torch.randn(3072, 768, device=DEVICE)
     judged(lambda x, w: F.linear(x, w), x, w)
     assert aten_products() == ["aten.mm.default"]
 

@@ -8,8 +8,7 @@ Fusion: the IR's target-neutral heuristics. Kernel shapes (render.py follows the
 * ``persistent``: a reduction over a concrete size of at most `persistent_max_rnumel`: RBLOCK covers the
   row, every phase is straight-line code and values are reused across phases (softmax loads once);
 * ``looped``: every reduction phase loops over the row in RBLOCK chunks (``params["rblock"]`` forces the
-  RBLOCK; None lets the candidate configs choose; ``params["product"]``: a skinny matrix product, whose
-  blocks of outputs share operand rows: `configs.product_configs`).
+  RBLOCK; None lets the candidate configs choose).
 
 The block sizes themselves (XBLOCK/RBLOCK candidates, warps) are `configs.py`, autotuned at run time.
 """
@@ -55,10 +54,6 @@ class TritonChoices(FusionChoices):
                 return KernelShape("tiled", reason="loads and stores disagree on the contiguous dim: 2-D tiles")
             return KernelShape("pointwise")
         rnumel = sympy.Mul(*kernel.reduction)
-        if getattr(kernel, "skinny_product", False) and (plan is None or plan.kind != "column") \
-                and self.rblock is None and not self.force_looped:
-            return KernelShape("looped", {"product": True},
-                               reason="skinny product: outputs sharing an operand row side by side, short K chunks")
         limit = self.persistent_max_rnumel
         if plan is not None and plan.kind == "column":
             limit = min(limit, PERSISTENT_MAX_COLUMN)

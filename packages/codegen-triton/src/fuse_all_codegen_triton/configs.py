@@ -151,18 +151,6 @@ def looped_configs(xnumel: int, rnumel: int, inner_contiguous: bool, max_autotun
     return _dedupe(configs)
 
 
-def product_configs(xnumel: int, rnumel: int, max_autotune: bool = False) -> list:
-    """A skinny matrix product's reduction (`Kernel.skinny_product`): 16 outputs a block (the rows that read
-    one weight row, side by side) over K in chunks of 64. H200 (bench/gpu_product_order_probe.py, 12 rows):
-    16 x 64 with 8 warps was the fastest of 18 blocks at every size measured (3072 -> 768 10.6 us, 768 -> 768
-    4.1 us, 768 -> 3072 10.7 us; 16 x 128 4-13% slower, 32 x 64 0-15%)."""
-    r = min(64, next_power_of_2(max(rnumel, 1)))
-    configs = [_cfg(16, r, 8)]
-    if xnumel * rnumel >= BIG_POINTWISE or max_autotune:
-        configs += [_cfg(16, min(128, 2 * r), 4), _cfg(32, r, 4)]
-    return _dedupe(configs)
-
-
 # The block sizes a kernel takes as `tl.constexpr` parameters, in parameter order (each only if its
 # configs have it: XBLOCK always, YBLOCK for 2-D tiles, RBLOCK for reductions).
 BLOCK_NAMES = ("XBLOCK", "YBLOCK", "RBLOCK")

@@ -152,8 +152,6 @@ def _configs(kernel, shape, xnumel, rnumel, hints, options: RenderOptions) -> li
         return cfgs.persistent_configs(x, r, inner, options.max_autotune)
     if not inner:
         return cfgs.column_configs(x, r, options.max_autotune, shape.get("rblock"))
-    if shape.get("product"):
-        return cfgs.product_configs(x, r, options.max_autotune)
     return cfgs.looped_configs(x, r, inner, options.max_autotune, shape.get("rblock"))
 
 

@@ -67,7 +67,7 @@ def _pointwise_joins_reduction(group: Group, node: Node) -> Group | None:
     dim_var: dict[int, sympy.Symbol] = {}
     for load in _loads(node.body(probe), set(per_row)):
         member = per_row[load.buffer]
-        order = member.iter_order
+        order = range(len(member.spec.size)) if member.kind == "reduction" else member.iter_order
         looping = [d for d in order if member.spec.size[d] != 1]
         for k, d in enumerate(looping):
             position = probe.index(load.logical[d]) if load.logical[d] in probe else None

@@ -31,7 +31,7 @@ def iteration_ranges(node: Node) -> tuple[tuple, tuple]:
     if memo is not None and memo[0] == key:
         return memo[1]
     if node.kind == "reduction":
-        ranges = _loops(node.spec.size[d] for d in node.iter_order), _loops(node.reduction_size)
+        ranges = _loops(node.spec.size), _loops(node.reduction_size)
     else:
         ranges = _loops(node.spec.size[d] for d in node.iter_order), ()
     node.__dict__["_ranges"] = (key, ranges)
@@ -132,11 +132,8 @@ def _node_indices(group: Group, node: Node, space: str | None) -> list:
 
 def _node_index(group: Group, node: Node, space: str | None):
     if node.kind == "reduction":
-        in_loop_order = _assign([node.spec.size[d] for d in node.iter_order], (xvar(k) for k in range(len(group.outer))))
-        index = [None] * len(node.spec.size)
-        for position, dim in enumerate(node.iter_order):
-            index[dim] = in_loop_order[position]
-        return index, _assign(node.reduction_size, (rvar(k) for k in range(len(group.reduction))))
+        return (_assign(node.spec.size, (xvar(k) for k in range(len(group.outer)))),
+                _assign(node.reduction_size, (rvar(k) for k in range(len(group.reduction)))))
     if space == "red":
         loop_vars = list(group.full_loop_vars())
     else:
@@ -322,5 +319,4 @@ class KernelBuilder:
         origins = tuple(dict.fromkeys(self.origins))
         return Kernel(self.name, tuple(self.group.outer), tuple(self.group.reduction), loops, tuple(reads),
                       tuple(writes), tuple(sorted(symbols, key=lambda s: s.name)), origins,
-                      tuple(m.name for m in self.group.members),
-                      skinny_product=any(m.skinny_product for m in self.group.members))
+                      tuple(m.name for m in self.group.members))

@@ -154,9 +154,8 @@ class GraphLowering:
             return v.buffer
         return None
 
-    def realize(self, value: Value, stride=None, order=None) -> str:
-        """Make `value` a buffer; afterwards `value` loads from it. Returns the buffer name. The node iterates
-        in storage order unless `order` (dims outermost first) says otherwise."""
+    def realize(self, value: Value, stride=None) -> str:
+        """Make `value` a buffer; afterwards `value` loads from it. Returns the buffer name."""
         whole = self.whole_buffer(value)
         if whole is not None and (stride is None or tuple(stride) == tuple(value.view.stride)):
             return whole
@@ -165,8 +164,7 @@ class GraphLowering:
             stride = contiguous_strides(value.size)
         spec = TensorSpec(value.dtype, tuple(value.size), stride, sympy.Integer(0), self.device)
         name = self.new_name()
-        if order is None:
-            order = tuple(sorted(range(len(stride)), key=lambda d: (-_stride_rank(stride[d]), d)))
+        order = tuple(sorted(range(len(stride)), key=lambda d: (-_stride_rank(stride[d]), d)))
         # the op that computed the value, not the one that needs it in memory (an ATen call's argument)
         origins = (value.origin,) if value.origin is not None else self._origins()
         self.nodes[name] = Node(name, NodeKind.POINTWISE, spec, body=value.loader, iter_order=order, origins=origins)
@@ -174,11 +172,7 @@ class GraphLowering:
         value.loader, value.view = fresh.loader, fresh.view
         return name
 
-    def reduction(self, value: Value, dims, op: str, dtype: str, keepdim: bool = False, order=None,
-                  skinny_product: bool = False) -> Value:
-        """A reduction node over `dims` of `value`, into a contiguous buffer; it iterates its outer dims in
-        order unless `order` (outer dims, outermost first) says otherwise. `skinny_product`: see
-        Node.skinny_product."""
+    def reduction(self, value: Value, dims, op: str, dtype: str, keepdim: bool = False) -> Value:
         dims = sorted({d % max(value.ndim, 1) for d in dims}) if value.ndim else []
         outer_dims = [d for d in range(value.ndim) if d not in dims]
         outer_size = tuple(value.size[d] for d in outer_dims)
@@ -195,9 +189,8 @@ class GraphLowering:
 
         spec = TensorSpec(dtype, outer_size, contiguous_strides(outer_size), sympy.Integer(0), self.device)
         name = self.new_name()
-        order = tuple(order) if order is not None else tuple(range(len(outer_size)))
         self.nodes[name] = Node(name, NodeKind.REDUCTION, spec, body=body, reduction_size=red_size, reduction_op=reduction(op),
-                                iter_order=order, origins=self._origins(), skinny_product=skinny_product)
+                                iter_order=tuple(range(len(outer_size))), origins=self._origins())
         result = buffer_value(name, spec)
         if not keepdim:
             return result

@@ -168,8 +168,7 @@ class Node:
     kind: "input" (graph input), "pointwise", "reduction", "extern" (result of an ATen call).
     Pointwise nodes compute `body(index)` for every index of `spec.size`; reduction nodes reduce
     `body(outer_index, reduction_index)` over `reduction_size` with `reduction_op` for every outer index of
-    `spec.size`. `iter_order` lists the (outer) dimensions from outermost to innermost loop: storage order,
-    except for a skinny product's reduction and its epilogue (lowerings_matmul.py).
+    `spec.size`. `iter_order` lists the dimensions from outermost to innermost loop (storage order).
     """
     name: str
     kind: NodeKind
@@ -185,10 +184,6 @@ class Node:
     # variance (welford_m2 beside welford_mean of the same values share one accumulator and one read)
     fuse_with: tuple = ()
     scatter: Optional[Scatter] = None   # a scatter-add node (its buffer's layout is scatter.target)
-    # a skinny matrix product's reduction (lowerings_matmul.py): its outer dims put the outputs that read one
-    # row of the large operand innermost, side by side; a target may give such kernels blocks of many
-    # outputs and short reduction chunks (`Kernel.skinny_product`)
-    skinny_product: bool = False
 
     @property
     def layout(self) -> TensorSpec:

@@ -155,8 +155,6 @@ class Kernel:
     # (output, input) pairs: the output took the input's memory and values (in_place.py); the body reads
     # the input through the output, before overwriting each element, and the input is no argument
     in_place: tuple[tuple[str, str], ...] = ()
-    # it computes a skinny matrix product (nodes.Node.skinny_product): neighbouring outputs share an operand row
-    skinny_product: bool = False
 
     @property
     def kind(self) -> KernelKind:
