@@ -69,3 +69,15 @@ def test_bounds_that_fold_to_numbers_once_sizes_are_positive_are_compared():
     large, small = 3 * s0**2, 3 * s0 * FloorDiv(s0**2, s0) - 1
     assert _dominant([large, small]) == [large]
     assert _dominant([small, large]) == [large]
+
+
+def test_a_floor_division_bounds_its_quotient_not_its_dividend():
+    """A split row of an NCHW BatchNorm: chunk x0 of 2 images, r0 walks (image, pixel) as
+    802816 * (r0 // 12544) + r0 % 12544. The quotient is at most 2, so every value stays in int32 (the
+    dividend's bound, 802816 * 25087, sent it to int64: 41 against ~30 us on the H200)."""
+    from fuse_all_ir import FloorDiv, ModularIndexing
+    index = 1605632 * x0 + 802816 * FloorDiv(r0, 12544) + ModularIndexing(r0, 1, 12544)
+    rendered = render(reduction((16,), (25088,), index))
+    assert not uses_int64(rendered) and rendered.spec["size_type"] == "i32", rendered.source
+    # the same walk over 1400 chunks does pass 2**31
+    assert uses_int64(render(reduction((1400,), (25088,), index)))

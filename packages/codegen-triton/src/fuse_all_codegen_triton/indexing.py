@@ -235,7 +235,9 @@ def _abs_bound(expr, var_max: dict, seen: list):
     elif expr.is_Mul:
         out = sympy.Mul(*args)
     elif name == "FloorDiv":
-        out = args[0]
+        # |a // b| <= ceil(|a| / |b|): a split row's `802816*(r0 // 12544)` stays in int32 range
+        divisor = expr.args[1]
+        out = -(-args[0] // abs(divisor)) if divisor.is_Integer and divisor != 0 and args[0].is_number else args[0]
     elif name in ("ModularIndexing", "Mod"):
         out = args[-1]
     elif expr.is_Pow and expr.args[1].is_Integer and int(expr.args[1]) > 0:
