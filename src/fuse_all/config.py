@@ -32,7 +32,7 @@ class Variable:
 # Variables that change the code a compile generates: part of the graph cache's key (graph_cache.cache_tag),
 # so a warm start after flipping one compiles again instead of loading code made without it.
 CODE_VARIABLES = ("FUSE_ALL_COLUMN_SPLITS", "FUSE_ALL_REUSE_BUFFERS", "FUSE_ALL_LAYOUT_OPT", "FUSE_ALL_CXXFLAGS",
-                  "FUSE_ALL_SMALL_MATMUL_ROWS")
+                  "FUSE_ALL_SMALL_MATMUL_ROWS", "FUSE_ALL_CONV_EPILOGUE")
 
 VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_CACHE_DIR", "`~/.cache/fuse-all`", "all stages",
@@ -77,6 +77,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_SMALL_MATMUL_ROWS", "`16`", "fuse_all_codegen_triton",
              "`mm`/`addmm` with at most this many static rows or columns run as generated reductions fused with "
              "their bias add and consumers instead of cuBLAS; `0`: every matrix product in cuBLAS"),
+    Variable("FUSE_ALL_CONV_EPILOGUE", "`1`", "fuse_all_codegen_triton",
+             "`0`: inference convolution + BatchNorm [+ residual] + ReLU blocks stay a cuDNN convolution and a "
+             "generated kernel instead of one cuDNN call with the BatchNorm folded into the weights"),
 )
 
 # Variables read only by the test suite, the benchmark scripts and the editor tests; not user settings.

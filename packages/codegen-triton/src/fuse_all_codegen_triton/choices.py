@@ -31,6 +31,10 @@ PERSISTENT_MAX_COLUMN = 256
 SMALL_MATMUL_ROWS = 16
 
 
+def _fold_conv_batchnorm() -> bool:
+    return os.environ.get("FUSE_ALL_CONV_EPILOGUE", "1").strip() != "0"
+
+
 def _small_matmul_rows() -> int:
     return int(os.environ.get("FUSE_ALL_SMALL_MATMUL_ROWS", SMALL_MATMUL_ROWS))
 
@@ -46,6 +50,8 @@ class TritonChoices(FusionChoices):
     random_in_kernel: bool = True       # dropout & co. fuse: Philox numbers in the kernels, not ATen's mask
     gather_in_kernel: bool = True       # embedding / indexing fuse: indirect loads, not one ATen launch each
     small_matmul_rows: int = field(default_factory=_small_matmul_rows)   # skinny mm/addmm as reductions
+    # inference conv + BatchNorm [+ residual] + ReLU in cuDNN's fused epilogue; FUSE_ALL_CONV_EPILOGUE=0: off
+    fold_conv_batchnorm: bool = field(default_factory=_fold_conv_batchnorm)
 
     def choose_kernel_shape(self, kernel, size_hints: dict | None = None) -> KernelShape:
         plan = kernel.tiling

@@ -11,6 +11,7 @@ from . import (lowerings_gather, lowerings_matmul, lowerings_pointwise,  # noqa:
 from .choices import FusionChoices
 from .column_split import split_reductions
 from .compile_timing import phase
+from .conv_epilogue import fold_conv_batchnorm
 from .gc_pause import paused as gc_paused
 from .lowering import LOWERINGS, GraphLowering
 from .matmul_bias import unfuse_matmul_bias
@@ -43,6 +44,8 @@ def _lower(gm, example_inputs, graph_id, device, validate, reuse_buffers, choice
         random_in_kernel = choices is not None and choices.random_in_kernel
         if choices is not None and choices.unfuse_matmul_bias:
             unfuse_matmul_bias(gm, random_in_kernel)
+        if choices is not None and choices.fold_conv_batchnorm and device is not None and "cuda" in str(device):
+            fold_conv_batchnorm(gm)
         recompute = choices is not None and choices.recompute_shared_pointwise
         gathers = choices is not None and choices.gather_in_kernel
         small_matmul_rows = choices.small_matmul_rows if choices is not None else 0

@@ -62,6 +62,9 @@ class FusionChoices:
     # `addmm` whose product only feeds pointwise code becomes `mm` + a bias add fused into that code
     # (`matmul_bias.py`): on CUDA, cuBLASLt's bias epilogue picks slower GEMM tiles than plain cuBLAS
     unfuse_matmul_bias: bool = False
+    # inference convolution + BatchNorm [+ residual] + ReLU as one cuDNN call with the BatchNorm folded into
+    # the weights (`conv_epilogue.py`): cuDNN writes the block's result once, no generated kernel re-reads it
+    fold_conv_batchnorm: bool = False
     # a small pointwise value read by several consumers is recomputed in each instead of written to memory
     # and read back (`GraphLowering._recomputable`): pays where kernels are memory-bound and launches cheap
     recompute_shared_pointwise: bool = False
