@@ -168,7 +168,7 @@ def fold_conv_batchnorm(gm: torch.fx.GraphModule, require_cudnn: bool = True) ->
         return 0
     rewritten = 0
     for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target is BATCH_NORM and node.graph is gm.graph:
+        if node.op == "call_function" and node.target is BATCH_NORM:
             match = _match(node)
             if match is not None and _rewrite(gm, match[0], node, match[1], match[2]):
                 rewritten += 1
