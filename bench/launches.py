@@ -1,7 +1,7 @@
 """What one step of a compiled workload launches, counted the same way for every backend with
 torch.profiler: device kernels (CUDA only: every kernel event on the GPU timeline, ours, cuBLAS's and
 cuDNN's alike) and ATen calls (top-level `aten::` ops on the CPU timeline, allocations and views left out:
-those are bookkeeping, not work). The report derives the host cost per kernel from them:
+those are bookkeeping, not work; fuse-all's own library ops, `fuse_all_triton::matmul`, count as calls too). The report derives the host cost per kernel from them:
 (default-mode median − reduce-overhead median) / kernels — what CUDA graphs remove, per launch."""
 from __future__ import annotations
 
@@ -17,6 +17,11 @@ BOOKKEEPING = frozenset({
     "aten::resize_", "aten::set_", "aten::_unsafe_view", "aten::expand", "aten::t", "aten::transpose",
     "aten::permute", "aten::squeeze", "aten::unsqueeze", "aten::slice", "aten::select",
 })
+
+
+# dispatcher ops that count as calls: ATen's, and fuse-all's library ops (the tensor-core product, which may
+# itself call aten::mm: not counted twice)
+CALL_PREFIXES = ("aten::", "fuse_all_triton::")
 
 
 def count_launches(step: Callable[[], Any], device: str) -> dict:
@@ -38,7 +43,7 @@ def count_launches(step: Callable[[], Any], device: str) -> dict:
         kernels = sum(1 for e in events if _on_gpu(e) and not e.name.startswith(("Memcpy", "Memset")))
     ops: dict[str, int] = {}
     for e in events:
-        if _on_gpu(e) or not e.name.startswith("aten::") or e.name in BOOKKEEPING:
+        if _on_gpu(e) or not e.name.startswith(CALL_PREFIXES) or e.name in BOOKKEEPING:
             continue
         if _has_aten_ancestor(e):
             continue            # called by another aten op (addmm inside linear, copy_ inside to)
@@ -54,7 +59,7 @@ def _on_gpu(event) -> bool:
 def _has_aten_ancestor(event) -> bool:
     parent = event.cpu_parent
     while parent is not None:
-        if parent.name.startswith("aten::"):
+        if parent.name.startswith(CALL_PREFIXES):
             return True
         parent = parent.cpu_parent
     return False

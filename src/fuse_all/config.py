@@ -32,7 +32,7 @@ class Variable:
 # Variables that change the code a compile generates: part of the graph cache's key (graph_cache.cache_tag),
 # so a warm start after flipping one compiles again instead of loading code made without it.
 CODE_VARIABLES = ("FUSE_ALL_COLUMN_SPLITS", "FUSE_ALL_REUSE_BUFFERS", "FUSE_ALL_LAYOUT_OPT", "FUSE_ALL_CXXFLAGS",
-                  "FUSE_ALL_SMALL_MATMUL_ROWS", "FUSE_ALL_CONV_EPILOGUE")
+                  "FUSE_ALL_SMALL_MATMUL_ROWS", "FUSE_ALL_CONV_EPILOGUE", "FUSE_ALL_TF32X3_MATMUL")
 
 VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_CACHE_DIR", "`~/.cache/fuse-all`", "all stages",
@@ -80,6 +80,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_CONV_EPILOGUE", "`1`", "fuse_all_codegen_triton",
              "`0`: inference convolution + BatchNorm [+ residual] + ReLU blocks stay a cuDNN convolution and a "
              "generated kernel instead of one cuDNN call with the BatchNorm folded into the weights"),
+    Variable("FUSE_ALL_TF32X3_MATMUL", "`1`", "fuse_all_codegen_triton",
+             "`0`: large float32 `mm`/`bmm`/`addmm` on CUDA stay cuBLAS calls instead of the op that runs each "
+             "call signature on tensor cores (three TF32 products per multiply) or in cuBLAS, whichever its first "
+             "call measures faster"),
 )
 
 # Variables read only by the test suite, the benchmark scripts and the editor tests; not user settings.

@@ -71,8 +71,11 @@ def cache_tag(opts, mode, decompositions: dict) -> str | None:
         return None
     table = hashlib.sha256("\n".join(sorted(_core_ops(decompositions))).encode()).hexdigest()[:16]
     options = repr(sorted((k, v) for k, v in dataclasses.asdict(opts).items() if k != "progress"))
+    import torch
+
     from .config import CODE_VARIABLES
-    switches = repr([(name, os.environ.get(name)) for name in CODE_VARIABLES])
+    switches = repr([(name, os.environ.get(name)) for name in CODE_VARIABLES]
+                    + [("allow_tf32", torch.backends.cuda.matmul.allow_tf32)])   # TritonChoices.fp32_matmul
     return f"fuse_all:{code_identity()}:{mode!r}:{options}:{switches}:{table}"
 
 

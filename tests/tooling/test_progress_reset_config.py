@@ -86,7 +86,7 @@ def test_every_fuse_all_variable_read_in_the_sources_is_declared():
     found = set()
     for folder in [ROOT / "src", *sorted((ROOT / "packages").glob("*/src"))]:
         for path in folder.rglob("*.py"):
-            found |= set(re.findall(r"FUSE_ALL_[A-Z_]+[A-Z]", path.read_text(encoding="utf-8")))
+            found |= set(re.findall(r"FUSE_ALL_[A-Z0-9_]+[A-Z0-9]", path.read_text(encoding="utf-8")))
     assert found - declared == set()
 
 

@@ -35,6 +35,10 @@ def _fold_conv_batchnorm() -> bool:
     return os.environ.get("FUSE_ALL_CONV_EPILOGUE", "1").strip() != "0"
 
 
+def _tf32x3_matmul() -> bool:
+    return os.environ.get("FUSE_ALL_TF32X3_MATMUL", "1").strip() != "0"
+
+
 def _small_matmul_rows() -> int:
     return int(os.environ.get("FUSE_ALL_SMALL_MATMUL_ROWS", SMALL_MATMUL_ROWS))
 
@@ -52,6 +56,24 @@ class TritonChoices(FusionChoices):
     small_matmul_rows: int = field(default_factory=_small_matmul_rows)   # skinny mm/addmm as reductions
     # inference conv + BatchNorm [+ residual] + ReLU in cuDNN's fused epilogue; FUSE_ALL_CONV_EPILOGUE=0: off
     fold_conv_batchnorm: bool = field(default_factory=_fold_conv_batchnorm)
+    # large float32 products on tensor cores at float32 accuracy, where faster than cuBLAS (`matmul.py`);
+    # FUSE_ALL_TF32X3_MATMUL=0: off
+    tf32x3_matmul: bool = field(default_factory=_tf32x3_matmul)
+
+    def fp32_matmul(self, device):
+        """`fuse_all_triton::matmul` on CUDA GPUs with TF32 tensor cores (compute capability >= 8.0) while
+        torch keeps float32 products in float32 (`torch.backends.cuda.matmul.allow_tf32` off, the default:
+        with it on, cuBLAS's one-pass TF32 is faster still and what the user asked for)."""
+        import torch
+
+        device = torch.device(device) if device is not None else None
+        if (not self.tf32x3_matmul or device is None or device.type != "cuda" or not torch.cuda.is_available()
+                or torch.backends.cuda.matmul.allow_tf32):
+            return None
+        if torch.cuda.get_device_capability(device.index if device.index is not None else 0) < (8, 0):
+            return None
+        from .matmul import OP
+        return OP
 
     def choose_kernel_shape(self, kernel, size_hints: dict | None = None) -> KernelShape:
         plan = kernel.tiling

@@ -21,6 +21,9 @@ from fuse_all_codegen_triton.runtime import TritonKernel, libdevice, raw_stream 
 from fuse_all_codegen_triton import helpers as fa"""
 
 
+MATMUL_NAMESPACE = "fuse_all_triton."
+
+
 class TritonTarget:
     """Options:
     autotune: benchmark the candidate configs on the first call (False: heuristic config only, one
@@ -63,6 +66,8 @@ class TritonTarget:
 
     def render_prelude(self, program: Program) -> str:
         parts = [_PRELUDE_IMPORTS]
+        if any(str(getattr(step, "target", "")).startswith(MATMUL_NAMESPACE) for step in program.steps):
+            parts.append("import fuse_all_codegen_triton.matmul   # registers torch.ops.fuse_all_triton.matmul")
         # the program's tables once, not once per kernel (ResNet-50's training backward: 230 kernels over
         # 900 buffers); rendering reads them only
         tables = (program.buffer_dtypes(), dict(program.size_hints))

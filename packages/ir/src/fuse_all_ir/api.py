@@ -15,6 +15,7 @@ from .conv_epilogue import fold_conv_batchnorm
 from .gc_pause import paused as gc_paused
 from .lowering import LOWERINGS, GraphLowering
 from .matmul_bias import unfuse_matmul_bias
+from .matmul_route import route_matmuls
 from .memory import plan_reuse
 from .nodes import LoweredGraph
 from .program import Program
@@ -46,6 +47,9 @@ def _lower(gm, example_inputs, graph_id, device, validate, reuse_buffers, choice
             unfuse_matmul_bias(gm, random_in_kernel)
         if choices is not None and choices.fold_conv_batchnorm and device is not None and "cuda" in str(device):
             fold_conv_batchnorm(gm)
+        matmul_op = choices.fp32_matmul(device) if choices is not None else None
+        if matmul_op is not None:
+            route_matmuls(gm, matmul_op)
         recompute = choices is not None and choices.recompute_shared_pointwise
         gathers = choices is not None and choices.gather_in_kernel
         small_matmul_rows = choices.small_matmul_rows if choices is not None else 0

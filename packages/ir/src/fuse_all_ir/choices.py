@@ -79,6 +79,11 @@ class FusionChoices:
     # (`lowerings_matmul.py`), fused with its bias add and consumers; 0: every matrix product is an ATen call
     small_matmul_rows: int = 0
 
+    def fp32_matmul(self, device) -> Any:
+        """The target's own op for large float32 `mm`/`bmm`/`addmm` on `device` (`matmul_route.py`:
+        `op(a, b, bias=None)`), or None to keep them ATen calls."""
+        return None
+
     # ---- fusion ---------------------------------------------------------------------------------------
     def candidate_order(self, node, candidates: list, shared_reads: Callable[[Any, Any], int]) -> list:
         """Producer groups in the order to try `node` in: the one sharing the most buffers with `node`

@@ -26,6 +26,8 @@ LOWERINGS: dict = {}
 # asked before lowering starts (whether a shared value may stay an expression in that consumer)
 LOWERING_GATES: dict = {}
 MAX_CONSTANT_ELEMENTS = 4096
+# node.meta key: why a graph pass's op (one with no lowering by design) is an ATen-like call, for the report
+EXTERN_REASON = "fuse_all_extern_reason"
 
 
 class Unsupported(Exception):
@@ -381,7 +383,7 @@ class GraphLowering:
         lowering = LOWERINGS.get(target)
         reason = _unlowerable_reason(node)
         if lowering is None and reason is None:
-            reason = f"{_target_name(target)} has no lowering"
+            reason = node.meta.get(EXTERN_REASON) or f"{_target_name(target)} has no lowering"
         if reason is None:
             args = torch.fx.node.map_arg(node.args, lambda n: self.env[n.name])
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n.name])

@@ -1,0 +1,236 @@
+"""float32 matrix products on tensor cores at float32's accuracy: `torch.ops.fuse_all_triton.matmul`.
+
+With `torch.backends.cuda.matmul.allow_tf32` off (torch's default), eager and Inductor run float32 products
+in cuBLAS's SGEMM, on the FMA units. A TF32 tensor-core product keeps 10 mantissa bits per operand; three of
+them per multiply (``input_precision="tf32x3"``: a = hi + lo, a*b ~ hi*hi + hi*lo + lo*hi) recover float32's
+precision at several times the FMA units' rate. On the H200 (bench/gpu_tf32x3_gemm_probe.py) BERT's 4096-row
+products take 0.55-0.72x cuBLAS's time, with an RMS error against float64 0.3-0.9x cuBLAS's own; the
+backward's products (an operand whose contraction dim is strided) and small products are often slower.
+
+So the op chooses per call signature (shapes, strides, device) by benchmarking its candidates, cuBLAS
+among them, on the first call, and remembers the winner in memory and in the autotune cache on disk
+(`autotune.py`: private folders, damaged entries ignored). It never runs slower than the cuBLAS call it
+replaces by more than the benchmark's noise. During CUDA-graph capture an unseen signature takes cuBLAS
+(nothing may synchronise there).
+
+    fuse_all_triton::matmul(Tensor a, Tensor b, Tensor? bias=None) -> Tensor
+        a @ b (+ bias): a (M, K) or (Z, M, K), b (K, N) or (Z, K, N), bias broadcasting to (M, N)
+
+On CPU tensors the op runs the same kernel in Triton's interpreter (under TRITON_INTERPRET=1: how CI tests
+it) and otherwise ATen. `fuse_all_ir.route_matmuls` puts it into graphs (`TritonChoices.fp32_matmul`).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+import sys
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _triton_compat as compat
+from . import autotune
+
+log = logging.getLogger(__name__)
+
+
+@triton.jit
+def tf32x3_matmul(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
+                  stride_az, stride_am, stride_ak, stride_bz, stride_bk, stride_bn,
+                  stride_bias_m, stride_bias_n, stride_cz, stride_cm,
+                  HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # programs walk GROUP_M row blocks per column block, so the B columns they share stay in L2
+    pid = tl.program_id(0)
+    z = tl.program_id(1)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    group_width = GROUP_M * grid_n
+    first_m = (pid // group_width) * GROUP_M
+    group_m = min(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_width) % group_m
+    pid_n = (pid % group_width) // group_m
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a = a_ptr + z * stride_az + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b = b_ptr + z * stride_bz + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        x = tl.load(a, mask=(rm[:, None] < M) & (rk[None, :] < k_left), other=0.0)
+        y = tl.load(b, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(x, y, acc, input_precision=PRECISION)
+        a += BLOCK_K * stride_ak
+        b += BLOCK_K * stride_bk
+    inside = (rm[:, None] < M) & (rn[None, :] < N)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + rm[:, None] * stride_bias_m + rn[None, :] * stride_bias_n, mask=inside, other=0.0)
+    tl.store(c_ptr + z * stride_cz + rm[:, None] * stride_cm + rn[None, :], acc, mask=inside)
+
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): the probe's winners: 128x64 for BERT's 4096-row products,
+# 64x64 for its 1024-row ones
+CONFIGS = ((128, 64, 32, 8, 4), (64, 64, 32, 4, 4), (64, 64, 64, 4, 3))
+CUBLAS = -1
+MAX_SIGNATURES = 4096     # plans kept in memory (dynamic shapes could bring new ones without end)
+_SOURCE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+_plans: dict[tuple, int] = {}
+
+
+def _aten(a, b, bias):
+    if bias is None:
+        return torch.mm(a, b) if a.dim() == 2 else torch.bmm(a, b)
+    return torch.addmm(bias, a, b)
+
+
+def _launch(a, b, bias, config: int):
+    return run_kernel(a, b, bias, CONFIGS[config])
+
+
+def run_kernel(a, b, bias, config: tuple, precision: str = "tf32x3"):
+    """The kernel with one (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) config; `precision` is tl.dot's
+    (bench/gpu_tf32x3_gemm_probe.py compares "ieee" and "tf32" too)."""
+    block_m, block_n, block_k, warps, stages = config
+    a3, b3 = (a, b) if a.dim() == 3 else (a[None], b[None])
+    z, m, k = a3.shape
+    n = b3.shape[2]
+    out = torch.empty((z, m, n) if a.dim() == 3 else (m, n), device=a.device, dtype=a.dtype)
+    out3 = out if a.dim() == 3 else out[None]
+    if bias is not None:
+        bias2 = bias.expand(m, n)
+        bias_strides = bias2.stride()
+    else:
+        bias2, bias_strides = out, (0, 0)
+    grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n), z)
+    tf32x3_matmul[grid](a3, b3, bias2, out3, m, n, k, *a3.stride(), *b3.stride(), *bias_strides,
+                        out3.stride(0), out3.stride(1), HAS_BIAS=bias is not None,
+                        PRECISION=precision, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8,
+                        num_warps=warps, num_stages=stages)
+    return out
+
+
+def _kernel_takes(a, b, bias) -> bool:
+    """Shapes the kernel computes: non-empty, float32, int32 offsets, a grid of at most 65535 batches."""
+    if a.dtype != torch.float32 or b.dtype != torch.float32 or (bias is not None and bias.dtype != torch.float32):
+        return False
+    if 0 in a.shape or 0 in b.shape or (a.dim() == 3 and a.shape[0] > 65535):
+        return False
+    extent = max(sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 1 for t in (a, b))
+    return extent < 2 ** 31 and a.numel() // a.shape[-1] * b.shape[-1] < 2 ** 31
+
+
+def _fits(a, b, bias) -> bool:
+    """Where the kernel can win: both operands contiguous along K as well (Hopper's TF32 tensor cores read
+    K-major operands only; others are transposed on the way and lost to cuBLAS in all probe rows but one)."""
+    return a.stride(-1) == 1 and b.stride(-2) == 1 and _kernel_takes(a, b, bias)
+
+
+def _signature(a, b, bias) -> tuple:
+    bias_layout = None if bias is None else (tuple(bias.shape), tuple(bias.stride()))
+    return (tuple(a.shape), tuple(a.stride()), tuple(b.shape), tuple(b.stride()), bias_layout, a.device.index)
+
+
+def _tuning_key(signature: tuple) -> str:
+    device = autotune.device_identity(torch.cuda.get_device_properties(signature[-1]))
+    text = json.dumps(["tf32x3-matmul", _SOURCE_HASH, CONFIGS, signature[:-1], device, compat.TRITON_VERSION,
+                       torch.__version__], default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _choose(a, b, bias, signature) -> int:
+    if not _fits(a, b, bias):
+        return CUBLAS
+    if torch.cuda.is_current_stream_capturing():
+        return CUBLAS     # benchmarking synchronises; a capture must not (and this choice is not stored)
+    key = _tuning_key(signature)
+    cached = autotune.load_choice(key)
+    if cached is not None and cached.get("choice") in (CUBLAS, *range(len(CONFIGS))):
+        return cached["choice"]
+    compat.secure_cache_dir()     # Triton's own launcher compiles into (and loads from) its cache
+    launchers = [lambda: _aten(a, b, bias)]
+    for config in range(len(CONFIGS)):
+        launchers.append(lambda config=config: _launch(a, b, bias, config))
+    times = []
+    with torch.cuda.device(a.device):
+        for launch in launchers:
+            try:
+                times.append(autotune.benchmark([launch], torch.cuda.synchronize,
+                                                lambda: torch.cuda.Event(enable_timing=True))[0])
+            except Exception as error:  # noqa: BLE001 - a config that does not compile here loses, logged
+                log.warning("fuse-all: tf32x3 matmul config %s failed: %s: %s", CONFIGS[len(times) - 1],
+                            type(error).__name__, error)
+                times.append(float("inf"))
+    choice = min(range(len(times)), key=times.__getitem__) - 1
+    autotune.store_choice(key, {"choice": choice}, times)
+    log.debug("fuse-all: matmul %s: %s (ms: %s)", signature, "cuBLAS" if choice == CUBLAS else CONFIGS[choice],
+              ", ".join(f"{t:.4f}" for t in times))
+    return choice
+
+
+def matmul_cuda(a, b, bias=None):
+    """Triton launches on the current device: host programs run with their device current (fuse_all_ir.host)."""
+    signature = _signature(a, b, bias)
+    choice = _plans.get(signature)
+    if choice is None:
+        choice = _choose(a, b, bias, signature)
+        if not torch.cuda.is_current_stream_capturing():
+            if len(_plans) >= MAX_SIGNATURES:
+                _plans.clear()
+            _plans[signature] = choice
+    return _aten(a, b, bias) if choice == CUBLAS else _launch(a, b, bias, choice)
+
+
+def matmul_cpu(a, b, bias=None):
+    """Triton's interpreter (which multiplies in float32: it has no TF32) where it is on, else ATen."""
+    if compat.interpret_mode() and _kernel_takes(a, b, bias):
+        return _launch(a, b, bias, 1)
+    return _aten(a, b, bias)
+
+
+def matmul_fake(a, b, bias=None):
+    _check(a, b, bias)
+    return a.new_empty((*a.shape[:-1], b.shape[-1]))
+
+
+def _check(a, b, bias):
+    torch._check(a.dim() in (2, 3) and b.dim() == a.dim(), lambda: f"matmul: operands of {a.dim()} and {b.dim()} dims")
+    torch._check(a.shape[-1] == b.shape[-2], lambda: f"matmul: {tuple(a.shape)} @ {tuple(b.shape)}")
+    torch._check(bias is None or a.dim() == 2, lambda: "matmul: a bias only with 2-D operands (addmm)")
+
+
+def _current():
+    """This module as imported now: tests import the package afresh with TRITON_INTERPRET flipped
+    (tests/triton_mode.py), and the op, registered once per process, must run the current kernel."""
+    return sys.modules.get(__name__) or importlib.import_module(__name__)
+
+
+def _entry(kind: str):
+    def run(a, b, bias=None):
+        module = _current()
+        if kind == "fake":
+            return module.matmul_fake(a, b, bias)
+        _check(a, b, bias)
+        return getattr(module, f"matmul_{kind}")(a, b, bias)
+    return run
+
+
+def _register() -> None:
+    """Once per process; torch.library keeps the registrations alive (no Library object of ours to lose)."""
+    try:
+        torch.ops.fuse_all_triton.matmul
+        return
+    except AttributeError:
+        pass
+    torch.library.define("fuse_all_triton::matmul", "(Tensor a, Tensor b, Tensor? bias=None) -> Tensor")
+    torch.library.impl("fuse_all_triton::matmul", "CUDA", _entry("cuda"))
+    torch.library.impl("fuse_all_triton::matmul", "CPU", _entry("cpu"))
+    torch.library.register_fake("fuse_all_triton::matmul", _entry("fake"))
+
+
+_register()
+OP = torch.ops.fuse_all_triton.matmul.default

@@ -1,0 +1,92 @@
+"""`torch.ops.fuse_all_triton.matmul` (fuse_all_codegen_triton/matmul.py) run in Triton's interpreter: the
+kernel's indexing (tails of M, N and K, transposed, sliced and batched operands, a bias broadcast along either
+dim) against float64, relative to ATen's own float32 error. The tensor-core precision itself and the
+per-signature choice against cuBLAS need a GPU: tests/cuda/test_tf32x3_matmul_cuda.py."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+from fuse_all_optest import assert_near_float64  # noqa: E402
+
+
+@pytest.fixture()
+def matmul(triton_interpret):
+    from fuse_all_codegen_triton import matmul
+    return matmul
+
+
+def _check(matmul, a, b, bias=None):
+    got = matmul.OP(a, b, bias)
+    eager = torch.matmul(a, b) if bias is None else torch.addmm(bias, a, b)
+    reference = torch.matmul(a.double(), b.double()) + (0 if bias is None else bias.double())
+    assert got.shape == eager.shape and got.is_contiguous()
+    assert_near_float64(got, eager, reference, "product", atol=1e-5)
+
+
+@pytest.mark.parametrize("m, k, n", [(70, 40, 50), (64, 64, 64), (1, 130, 3), (129, 7, 65)])
+def test_tails_of_every_dim(matmul, m, k, n):
+    _check(matmul, torch.randn(m, k), torch.randn(k, n))
+
+
+def test_transposed_operands(matmul):
+    a, b = torch.randn(45, 70), torch.randn(33, 45)
+    _check(matmul, a.t(), b.t())       # (70, 45) @ (45, 33), both with their contraction dim strided
+
+
+def test_sliced_operands(matmul):
+    a, b = torch.randn(40, 90)[:, ::3], torch.randn(60, 50)[::2, 5:45]
+    _check(matmul, a, b)               # (40, 30) every third column @ (30, 40) every other row
+
+
+@pytest.mark.parametrize("bias_shape", [(50,), (1, 50), (70, 1), (70, 50), ()])
+def test_bias_broadcasts(matmul, bias_shape):
+    _check(matmul, torch.randn(70, 40), torch.randn(50, 40).t(), torch.randn(bias_shape))
+
+
+def test_batched(matmul):
+    a, b = torch.randn(3, 70, 40), torch.randn(3, 50, 40).transpose(1, 2)
+    _check(matmul, a, b)
+    _check(matmul, torch.randn(40, 3, 70).permute(1, 2, 0), torch.randn(3, 40, 50))
+
+
+def test_outside_the_kernel_aten_answers(matmul):
+    a, b = torch.randn(5, 0), torch.randn(0, 6)       # empty contraction: zeros
+    assert torch.equal(matmul.OP(a, b), torch.zeros(5, 6))
+    a64, b64 = torch.randn(5, 4, dtype=torch.float64), torch.randn(4, 6, dtype=torch.float64)
+    assert torch.equal(matmul.OP(a64, b64), a64 @ b64)
+
+
+def test_bad_operands_raise(matmul):
+    with pytest.raises(RuntimeError, match="matmul"):
+        matmul.OP(torch.randn(3, 4), torch.randn(5, 6))
+    with pytest.raises(RuntimeError, match="bias"):
+        matmul.OP(torch.randn(2, 3, 4), torch.randn(2, 4, 5), torch.randn(5))
+
+
+def test_shapes_under_fake_tensors(matmul):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        out = matmul.OP(torch.empty(2, 7, 3, device="cuda"), torch.empty(2, 3, 5, device="cuda"))
+    assert out.shape == (2, 7, 5) and out.device.type == "cuda"
+
+
+def test_a_reimported_package_runs_its_own_kernel(matmul):
+    """tests/triton_mode.py imports the package afresh; the op (registered once per process) follows."""
+    import importlib
+    for name in [m for m in sys.modules if m.startswith("fuse_all_codegen_triton.matmul")]:
+        del sys.modules[name]
+    fresh = importlib.import_module("fuse_all_codegen_triton.matmul")
+    assert fresh is not matmul and fresh.OP is matmul.OP
+    calls = []
+    original = fresh.matmul_cpu
+    fresh.matmul_cpu = lambda *args: calls.append(1) or original(*args)
+    try:
+        fresh.OP(torch.randn(4, 4), torch.randn(4, 4))
+    finally:
+        fresh.matmul_cpu = original
+    assert calls == [1]
