@@ -90,3 +90,28 @@ def test_a_reimported_package_runs_its_own_kernel(matmul):
     finally:
         fresh.matmul_cpu = original
     assert calls == [1]
+
+
+def _random_operand(gen, shape, batch):
+    """A float32 operand of `shape` ((batch,) + shape when batched) laid out at random: contiguous,
+    transposed, or a strided slice of a larger tensor."""
+    full = (batch, *shape) if batch else shape
+    layout = int(torch.randint(3, (1,), generator=gen))
+    if layout == 0:
+        return torch.randn(full, generator=gen)
+    if layout == 1:
+        return torch.randn((*full[:-2], full[-1], full[-2]), generator=gen).transpose(-1, -2)
+    step = int(torch.randint(2, 4, (1,), generator=gen))
+    return torch.randn((*full[:-1], full[-1] * step), generator=gen)[..., ::step]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_shapes_and_layouts(matmul, seed):
+    gen = torch.Generator().manual_seed(1000 + seed)
+    m, k, n = (int(v) for v in torch.randint(1, 150, (3,), generator=gen))
+    batch = int(torch.randint(2, 5, (1,), generator=gen)) if seed % 3 == 0 else 0
+    a, b = _random_operand(gen, (m, k), batch), _random_operand(gen, (k, n), batch)
+    bias = None
+    if not batch and seed % 2:
+        bias = torch.randn(((m, n), (n,), (1, n), (m, 1))[seed % 4], generator=gen)
+    _check(matmul, a, b, bias)
