@@ -7,7 +7,8 @@ keeps whichever is faster. The IR only decides where the op may be used: float32
 `MIN_MULTIPLY_ADDS` (below that cuBLAS wins and the op's dispatch costs host time) whose operands are both
 contiguous along the contraction dim (x @ w.t(), as every forward linear layer; the backward's dX = dY @ W and
 dW = dY.t() @ X lost to cuBLAS by 1.15-1.6x in the probe, as Hopper's TF32 tensor cores take K-major operands
-only, and benchmarking them cost seconds of first call for nothing), `addmm` only with beta = alpha = 1. The op is an ATen-like call in the program (an ExternCall), as the product it replaces was.
+only, and benchmarking them cost seconds of first call for nothing), `addmm` only with beta = alpha = 1.
+The op is an ATen-like call in the program (an ExternCall), as the product it replaces was.
 """
 from __future__ import annotations
 
