@@ -13,15 +13,11 @@ import pytest
 import torch
 
 import fuse_all
-from fuse_all_optest import TOL, assert_near_float64, compile_fn
+from fuse_all_optest import TOL, assert_near_float64, compile_fn, extern_targets
 
 pytestmark = pytest.mark.cuda
 DEVICE = "cuda"
 FUSED = {"aten.cudnn_convolution_relu.default", "aten.cudnn_convolution_add_relu.default"}
-
-
-def fused_calls() -> list[str]:
-    return [e.target for g in fuse_all.compiled_graphs() for e in g.externs if e.target in FUSED]
 
 
 class Bottleneck(torch.nn.Module):
@@ -65,7 +61,7 @@ def test_bottleneck_blocks_fold(channels_last, stride):
     if channels_last:
         model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
     judged(model, x)
-    calls = fused_calls()
+    calls = extern_targets(FUSED)
     assert "aten.cudnn_convolution_relu.default" in calls
     assert "aten.cudnn_convolution_add_relu.default" in calls
     # blocks under MIN_OUTPUT (2M elements) keep their generated kernel: the strided 3x3's 1.6M
@@ -75,7 +71,7 @@ def test_bottleneck_blocks_fold(channels_last, stride):
 def test_the_switch_keeps_the_generated_epilogue(monkeypatch):
     monkeypatch.setenv("FUSE_ALL_CONV_EPILOGUE", "0")
     judged(Bottleneck(64, 64).to(DEVICE).eval(), torch.randn(32, 64, 56, 56, device=DEVICE))
-    assert fused_calls() == []
+    assert extern_targets(FUSED) == []
 
 
 def test_training_mode_and_gradients_do_not_fold():
@@ -84,4 +80,4 @@ def test_training_mode_and_gradients_do_not_fold():
     fuse_all.reset()
     torch._dynamo.reset()
     compile_fn(model, "triton")(x).sum().backward()
-    assert fused_calls() == []
+    assert extern_targets(FUSED) == []

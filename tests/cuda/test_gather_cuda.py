@@ -12,16 +12,11 @@ import torch
 import torch.nn.functional as F
 
 import fuse_all
-from fuse_all_optest import check
+from fuse_all_optest import check, extern_targets
 
 pytestmark = pytest.mark.cuda
 DEVICE = "cuda"
 GATHERS = {"aten.embedding.default", "aten.index.Tensor", "aten.index_select.default"}
-
-
-def forward_gathers() -> list[str]:
-    return [e.target for g in fuse_all.compiled_graphs() if g.kind != "backward" for e in g.externs
-            if e.target in GATHERS]
 
 
 def test_embeddings_and_layer_norm_are_one_kernel_on_the_gpu():
@@ -35,7 +30,7 @@ def test_embeddings_and_layer_norm_are_one_kernel_on_the_gpu():
         e = F.embedding(ids, words) + F.embedding(pos, positions) + F.embedding(tt, types)
         return F.layer_norm(e, [768])
     check(fn, words, positions, types, ids, pos, tt, codegen="triton")
-    assert forward_gathers() == []
+    assert extern_targets(GATHERS, backward=False) == []
     assert len(fuse_all.compiled_graphs()[-1].kernels) == 1
 
 
@@ -45,7 +40,7 @@ def test_advanced_indexing_of_strided_inputs_with_negative_indices():
     cols = torch.randint(-48, 48, (1, 5), device=DEVICE)
     check(lambda x, r, c: x[r, c] * 2, x, rows, cols, codegen="triton")
     check(lambda x, c: torch.index_select(x, 1, c.flatten().abs()), x, cols, codegen="triton")
-    assert forward_gathers() == []
+    assert extern_targets(GATHERS, backward=False) == []
 
 
 def test_a_gather_past_two_to_the_31_elements_uses_64_bit_positions():

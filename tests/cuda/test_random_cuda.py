@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import fuse_all
+from fuse_all_optest import extern_targets
 
 pytestmark = pytest.mark.cuda
 DEVICE = "cuda"
@@ -33,10 +34,6 @@ def compiled(fn, **options):
     return torch.compile(fn, backend="fuse_all", options={"codegen": "triton", "autotune": False, **options})
 
 
-def forward_externs() -> list[str]:
-    return [e.target for g in fuse_all.compiled_graphs() if g.kind != "backward" for e in g.externs]
-
-
 def cudagraph_stats() -> list[tuple[str, dict]]:
     return [(g.kind, g.cudagraphs["stats"]) for g in fuse_all.compiled_graphs() if "stats" in g.cudagraphs]
 
@@ -51,7 +48,7 @@ def test_dropout_keeps_one_minus_p_scaled_and_fused(dtype):
     p = 0.3
     x = positive((1024, N // 1024), dtype)
     out, mask = compiled(lambda x: torch.native_dropout(x * 2, p, True))(x)
-    assert forward_externs() == ["aten.randint.low"]
+    assert extern_targets(backward=False) == ["aten.randint.low"]
     graph = fuse_all.compiled_graphs()[-1]
     assert len(graph.kernels) == 1 and "fa.rand(" in graph.kernel_sources[graph.kernels[0].name]
     assert within(mask.float().mean().item(), 1 - p, math.sqrt(p * (1 - p)))
@@ -79,7 +76,7 @@ def test_rand_randn_bernoulli_distributions():
                              torch.empty_like(x).bernoulli_(0.25), torch.rand_like(x, dtype=torch.float16)))
     probabilities = torch.full((N,), 0.7, device=DEVICE)
     u, z, b, b25, h = (t.double() for t in fn(probabilities))
-    assert forward_externs() == ["aten.randint.low"]
+    assert extern_targets(backward=False) == ["aten.randint.low"]
     assert 0 <= u.min().item() and u.max().item() < 1 and 0 <= h.min().item() and h.max().item() < 1
     assert within(u.mean().item(), 0.5, math.sqrt(1 / 12)) and within(u.var().item(), 1 / 12, math.sqrt(1 / 180))
     assert within(h.mean().item(), 0.5, math.sqrt(1 / 12))
@@ -229,7 +226,7 @@ def test_bert_training_with_dropout_fuses_it_under_reduce_overhead(full_float32)
         fn(*inputs).backward()
         assert all(bool(g.isfinite().all()) for g in _gradients(model).values()), step
         assert abs(_gradient_norm(model) - eager_norm) < 0.2 * eager_norm, (step, _gradient_norm(model), eager_norms)
-    externs = forward_externs()
+    externs = extern_targets(backward=False)
     assert "aten.native_dropout.default" not in externs and "aten.randint.low" in externs, externs
     stats = cudagraph_stats()
     assert all(s["plain_calls"] == 0 for _, s in stats), stats

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import fuse_all
-from fuse_all_optest import TOL, assert_near_float64, check, compile_fn
+from fuse_all_optest import TOL, assert_near_float64, check, compile_fn, extern_targets
 
 pytestmark = pytest.mark.cuda
 DEVICE = "cuda"
@@ -26,10 +26,6 @@ def matmul():
     from fuse_all_codegen_triton import matmul
     matmul._plans.clear()
     return matmul
-
-
-def externs() -> list[str]:
-    return [e.target for g in fuse_all.compiled_graphs() for e in g.externs]
 
 
 def near(actual, eager, reference):
@@ -110,7 +106,7 @@ def _ffn_inputs(rows=2048):
 def test_compiled_products_route_to_the_op():
     inputs = _ffn_inputs()
     actual = compile_fn(_ffn, "triton")(*inputs)
-    assert externs().count(OP_NAME) == 2 and "aten.mm.default" not in externs()
+    assert extern_targets().count(OP_NAME) == 2 and "aten.mm.default" not in extern_targets()
     reference = _ffn(*[x.double() for x in inputs])
     assert_near_float64(actual, _ffn(*inputs), reference, "output", atol=TOL[actual.dtype][0])
     graph = fuse_all.compiled_graphs()[0]
@@ -124,8 +120,8 @@ def test_the_switches_keep_cublas(monkeypatch, switch):
     else:
         monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
     compile_fn(_ffn, "triton")(*_ffn_inputs())
-    products = [t for t in externs() if t in ("aten.mm.default", "aten.addmm.default")]
-    assert OP_NAME not in externs() and len(products) == 2
+    products = extern_targets({"aten.mm.default", "aten.addmm.default"})
+    assert OP_NAME not in extern_targets() and len(products) == 2
 
 
 def test_training_step_against_float64():
@@ -133,7 +129,7 @@ def test_training_step_against_float64():
     net = torch.nn.Sequential(torch.nn.Linear(768, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 768)).to(DEVICE)
     x = torch.randn(1024, 768, device=DEVICE)
     check(net, x, codegen="triton", grad=True, grad_vs_float64=True, atol=1e-4, rtol=1e-4)
-    assert OP_NAME in externs()
+    assert OP_NAME in extern_targets()
 
 
 def test_reduce_overhead_replays_the_op():
@@ -143,4 +139,4 @@ def test_reduce_overhead_replays_the_op():
     for _ in range(4):
         out = fn(*inputs)
     torch.testing.assert_close(out, expected, rtol=2e-4, atol=2e-4)
-    assert OP_NAME in externs()
+    assert OP_NAME in extern_targets()

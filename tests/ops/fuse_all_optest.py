@@ -171,6 +171,15 @@ def compile_fn(fn, codegen="cpp", *, backend=None, fullgraph=True, dynamic=None,
                          fullgraph=fullgraph, dynamic=dynamic)
 
 
+def extern_targets(only=None, *, backward: bool | None = None) -> list[str]:
+    """The targets of the ATen calls (ExternCalls) in this process's compiled graphs
+    (`fuse_all.compiled_graphs()`), in order. `only`: just those in this set; `backward=False`: forward and
+    inference graphs only, `True`: backward graphs only."""
+    import fuse_all
+    return [e.target for g in fuse_all.compiled_graphs() if backward is None or (g.kind == "backward") == backward
+            for e in g.externs if only is None or e.target in only]
+
+
 class CountingBackend:
     """Forwards to the backend under test (with the codegen options) and records every graph it is given."""
 

@@ -8,21 +8,16 @@ import torch
 import torch.nn.functional as F
 
 import fuse_all
-from fuse_all_optest import BOTH, check, compile_fn, make
+from fuse_all_optest import BOTH, check, compile_fn, extern_targets, make
 
 GATHERS = {"aten.embedding.default", "aten.index.Tensor", "aten.index_select.default"}
-
-
-def aten_gathers() -> list[str]:
-    return [e.target for g in fuse_all.compiled_graphs() if g.kind != "backward" for e in g.externs
-            if e.target in GATHERS]
 
 
 def checked(fn, *inputs, codegen, **kw):
     fuse_all.reset()
     check(fn, *inputs, codegen=codegen, **kw)
     if codegen == "triton":
-        assert aten_gathers() == [], "a gather ran as an ATen call instead of in the kernel"
+        assert extern_targets(GATHERS, backward=False) == [], "a gather ran as an ATen call instead of in the kernel"
 
 
 def indices(high, shape, dtype=torch.int64, negative=False):
@@ -135,13 +130,9 @@ def test_the_cpp_target_keeps_gathers_in_aten_and_eagers_index_error():
     fn = compile_fn(lambda w, i: F.embedding(i, w) + 1, "cpp")
     w = torch.randn(10, 4)
     assert torch.equal(fn(w, torch.tensor([1, 2])), w[[1, 2]] + 1)
-    assert aten_gathers() == ["aten.embedding.default"]
+    assert extern_targets(GATHERS, backward=False) == ["aten.embedding.default"]
     with pytest.raises(IndexError):
         fn(w, torch.tensor([1, 10]))
-
-
-def backward_externs() -> list[str]:
-    return [e.target for g in fuse_all.compiled_graphs() if g.kind == "backward" for e in g.externs]
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
@@ -158,7 +149,7 @@ def test_embedding_gradient_is_a_scatter_add_fused_with_its_producer(dynamic):
     def fn(w, i):
         return F.layer_norm(F.embedding(i, w, padding_idx=2) * 3, [20])
     checked(fn, weight, ids, codegen="triton", grad=True, grad_vs_float64=True, dynamic=dynamic)
-    assert "aten.embedding_dense_backward.default" not in backward_externs()
+    assert "aten.embedding_dense_backward.default" not in extern_targets(backward=True)
 
 
 @pytest.mark.triton
@@ -170,7 +161,7 @@ def test_embedding_gradient_stays_in_aten_under_deterministic_algorithms_and_for
         checked(lambda w, i: F.embedding(i, w).tanh(), weight, ids, codegen="triton", grad=True)
     finally:
         torch.use_deterministic_algorithms(False)
-    assert backward_externs() == ["aten.embedding_dense_backward.default"]
+    assert extern_targets(backward=True) == ["aten.embedding_dense_backward.default"]
     half = make((12, 8), torch.float16, requires_grad=True)
     checked(lambda w, i: F.embedding(i, w).tanh(), half, ids, codegen="triton", grad=True)
-    assert backward_externs() == ["aten.embedding_dense_backward.default"]
+    assert extern_targets(backward=True) == ["aten.embedding_dense_backward.default"]

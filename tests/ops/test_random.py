@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fuse_all
-from fuse_all_optest import compile_fn
+from fuse_all_optest import compile_fn, extern_targets
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kernel_examples.random import reference_rand  # noqa: E402
@@ -34,11 +34,6 @@ def compiled(fn, **kw):
     return compile_fn(fn, "triton", **kw)
 
 
-def graph_externs() -> list[str]:
-    """The ATen calls of the compiled forward (or inference) graphs."""
-    return [e.target for g in fuse_all.compiled_graphs() if g.kind != "backward" for e in g.externs]
-
-
 def positive(shape, dtype, requires_grad=False):
     """Values in [1, 2): never zero, so a zero in a result is a dropped element."""
     return (torch.rand(shape) + 1).to(dtype).requires_grad_(requires_grad)
@@ -50,7 +45,7 @@ def test_dropout_keeps_one_minus_p_and_scales_by_its_inverse(dtype, p):
     x = positive((256, N // 256), dtype)
     out, mask = compiled(lambda x: torch.native_dropout(x, p, True))(x)
     assert out.dtype == dtype and mask.dtype == torch.bool and out.shape == mask.shape == x.shape
-    assert graph_externs() == ["aten.randint.low"]   # the dropout itself runs in the kernel
+    assert extern_targets(backward=False) == ["aten.randint.low"]   # the dropout itself runs in the kernel
     kept = mask.float().mean().item()
     assert within(kept, 1 - p, math.sqrt(p * (1 - p))), kept
     assert not bool(out[~mask].any())
@@ -150,7 +145,7 @@ def test_the_seeds_come_from_torchs_generator():
 def test_rand_like_is_uniform_in_zero_one(dtype):
     x = torch.empty(N, dtype=dtype)
     u = compiled(lambda x: torch.rand_like(x))(x)
-    assert u.dtype == dtype and graph_externs() == ["aten.randint.low"]
+    assert u.dtype == dtype and extern_targets(backward=False) == ["aten.randint.low"]
     assert 0 <= u.min().item() and u.max().item() < 1
     digits = {torch.float16: 11, torch.bfloat16: 8}.get(dtype, 24)
     assert torch.equal(u.double() * 2 ** digits, (u.double() * 2 ** digits).floor())   # the dtype's grid
@@ -172,7 +167,7 @@ def test_randn_like_is_standard_normal(dtype):
 def test_rand_and_randn_factories():
     u, z = compiled(lambda x: (torch.rand(x.shape[0], 512) + x, torch.randn(512, x.shape[0]).t() + x))(
         torch.zeros(256, 1))
-    assert graph_externs() == ["aten.randint.low"]
+    assert extern_targets(backward=False) == ["aten.randint.low"]
     assert 0 <= u.min().item() and u.max().item() < 1
     assert within(u.double().mean().item(), 0.5, math.sqrt(1 / 12))
     assert within(z.double().mean().item(), 0.0, 1.0) and within(z.double().var().item(), 1.0, math.sqrt(2))
@@ -182,7 +177,7 @@ def test_rand_and_randn_factories():
 def test_bernoulli(dtype):
     probs = torch.cat([torch.zeros(N // 4), torch.ones(N // 4), torch.full((N // 2,), 0.3)]).to(dtype)
     draws, fixed = compiled(lambda q: (torch.bernoulli(q), torch.empty_like(q).bernoulli_(0.7)))(probs)
-    assert draws.dtype == fixed.dtype == dtype and graph_externs() == ["aten.randint.low"]
+    assert draws.dtype == fixed.dtype == dtype and extern_targets(backward=False) == ["aten.randint.low"]
     assert set(draws.unique().tolist()) <= {0.0, 1.0} and set(fixed.unique().tolist()) <= {0.0, 1.0}
     assert not bool(draws[: N // 4].any()) and bool(draws[N // 4: N // 2].all())
     assert within(draws[N // 2:].double().mean().item(), 0.3, math.sqrt(0.21), n=N // 2)
@@ -210,7 +205,7 @@ def test_dropout_fuses_with_its_neighbours():
     x, y, bias = positive((64, 256), torch.float32), positive((64, 256), torch.float32), torch.randn(256)
     out = compiled(block)(x, y, bias)
     graphs = fuse_all.compiled_graphs()
-    assert graph_externs() == ["aten.randint.low"] and len(graphs[-1].kernels) == 1
+    assert extern_targets(backward=False) == ["aten.randint.low"] and len(graphs[-1].kernels) == 1
     kept = out != y
     torch.testing.assert_close(out[kept], ((x + bias) / 0.9 + y)[kept])
 

@@ -8,14 +8,10 @@ import torch
 import torch.nn.functional as F
 
 import fuse_all
-from fuse_all_optest import BOTH, TOL, assert_near_float64, check, compile_fn, make
+from fuse_all_optest import BOTH, TOL, assert_near_float64, check, compile_fn, extern_targets, make
 
 PRODUCTS = {"aten.mm.default", "aten.addmm.default"}
 TRITON = pytest.param("triton", marks=pytest.mark.triton)
-
-
-def aten_products() -> list[str]:
-    return [e.target for g in fuse_all.compiled_graphs() for e in g.externs if e.target in PRODUCTS]
 
 
 def judged(fn, *inputs, codegen="triton", dynamic=None):
@@ -36,9 +32,9 @@ def test_small_batch_linear_and_its_activation_are_one_kernel(codegen, rows):
     judged(lambda x, w, b: F.gelu(F.linear(x, w, b)), x, w, b, codegen=codegen)
     graph = fuse_all.compiled_graphs()[0]
     if codegen == "triton":
-        assert aten_products() == [] and len(graph.kernels) == 1, (graph.kernels, graph.externs)
+        assert extern_targets(PRODUCTS) == [] and len(graph.kernels) == 1, (graph.kernels, graph.externs)
     else:
-        assert aten_products() == ["aten.addmm.default"]
+        assert extern_targets(PRODUCTS) == ["aten.addmm.default"]
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
@@ -49,14 +45,14 @@ def test_every_operand_layout_from_either_side(side, layout):
     else:
         a, b = make((64, 50), layout=layout), make((50, 3), layout=layout)
     judged(lambda a, b: a @ b, a, b)
-    assert aten_products() == []
+    assert extern_targets(PRODUCTS) == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_half_operands_accumulate_in_float32_and_round_once(dtype):
     x, w, b = make((4, 96), dtype), make((32, 96), dtype), make((32,), dtype)
     out = judged(lambda x, w, b: F.linear(x, w, b), x, w, b)
-    assert out.dtype == dtype and aten_products() == []
+    assert out.dtype == dtype and extern_targets(PRODUCTS) == []
 
 
 @pytest.mark.parametrize("shape, why", [
@@ -68,7 +64,7 @@ def test_larger_products_stay_in_aten(shape, why, caplog):
     (a, b) = (make(s) for s in shape)
     with caplog.at_level("WARNING", logger="fuse_all"):
         judged(lambda a, b: a @ b, a, b)
-    assert aten_products() == ["aten.mm.default"], why
+    assert extern_targets(PRODUCTS) == ["aten.mm.default"], why
     (extern,) = [e for g in fuse_all.compiled_graphs() for e in g.externs]
     assert "product" in extern.reason
     assert "instead of fused kernels" not in caplog.text
@@ -77,7 +73,7 @@ def test_larger_products_stay_in_aten(shape, why, caplog):
 def test_float64_stays_in_aten():
     a, b = make((2, 8), torch.float64), make((8, 8), torch.float64)
     check(lambda a, b: a @ b, a, b, codegen="triton")
-    assert aten_products() == ["aten.mm.default"]
+    assert extern_targets(PRODUCTS) == ["aten.mm.default"]
 
 
 def test_a_computed_operand_is_computed_once_not_per_output():
@@ -97,7 +93,7 @@ def test_small_batch_training_gradients():
     check(net, make((4, 16)), codegen="triton", grad=True, grad_vs_float64=True, atol=1e-4, rtol=1e-4)
     # forward: both layers; backward: the input gradients (4 rows) and the 3-column weight gradient's
     # transpose stay reductions where small; the 8 x 16 weight gradient (over 4 rows) is an ATen call
-    assert "aten.addmm.default" not in aten_products()
+    assert "aten.addmm.default" not in extern_targets(PRODUCTS)
 
 
 def test_matrix_vector_products_with_symbolic_sizes():
@@ -112,4 +108,4 @@ def test_matrix_vector_products_with_symbolic_sizes():
         x, w = make((1, k)), make((k, n))
         actual = compiled(x, w)
         assert_near_float64(actual, fn(x, w), fn(x.double(), w.double()), f"output {k}x{n}", atol=1e-5)
-    assert aten_products() == []
+    assert extern_targets(PRODUCTS) == []
