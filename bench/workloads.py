@@ -111,6 +111,17 @@ def permuted_copy(device: str, n: int, c: int, h: int, w: int) -> Instance:
     return _inference(lambda x: x.permute(0, 2, 3, 1).contiguous(), (x,), min_bytes=2 * 4 * n * c * h * w)
 
 
+def weight_layout_copy(device: str, out_ch: int, in_ch: int, k: int, to_channels_last: bool) -> Instance:
+    """A k x k convolution weight converted NCHW -> channels-last (what a channels-last graph does with a
+    parameter before each convolution) or back (its gradient, for the parameter's layout): one side walks
+    runs of only k*k elements."""
+    w = torch.randn(out_ch, in_ch, k, k, device=device)
+    if to_channels_last:
+        return _inference(lambda w: w.contiguous(memory_format=torch.channels_last), (w,), min_bytes=2 * 4 * w.numel())
+    return _inference(lambda w: w.contiguous(), (w.contiguous(memory_format=torch.channels_last),),
+                      min_bytes=2 * 4 * w.numel())
+
+
 def sum_dim0(device: str, rows: int, cols: int) -> Instance:
     x = torch.randn(rows, cols, device=device)
     # a sum of `rows` terms: float32 rounding grows with sqrt(rows) relative to the column's scale
@@ -343,6 +354,9 @@ WORKLOADS: dict[str, Callable[[str], Instance]] = {
     "transposed_add_8192": P(transposed_add, n=8192),
     "permuted_copy_8x64x128x128": P(permuted_copy, n=8, c=64, h=128, w=128),
     "permuted_copy_64x256x64x64": P(permuted_copy, n=64, c=256, h=64, w=64),
+    # ResNet-50's largest 3 x 3 weight (9.4 MB: in L2) and a 302 MB one, both ways
+    **{f"weight_to_{side}_{o}x{i}x3x3": P(weight_layout_copy, out_ch=o, in_ch=i, k=3, to_channels_last=side == "cl")
+       for side in ("cl", "nchw") for o, i in ((512, 512), (4096, 2048))},
     "sum_dim0_4096x4096": P(sum_dim0, rows=4096, cols=4096),
     "sum_dim0_8192x8192": P(sum_dim0, rows=8192, cols=8192),
     "layernorm_channels_8x64x64x64": P(layernorm_over_channels, n=8, c=64, h=64, w=64),
@@ -400,7 +414,8 @@ CPU_HALF_SET = [f"half_{w}_{d}_{size}" for w, size in (("chain", "4e6"), ("softm
 
 TILING_CPU_SET = ["transposed_add_1024", "transposed_add_4096", "permuted_copy_8x64x128x128", "sum_dim0_4096x4096",
                   "layernorm_channels_8x64x64x64", "batchnorm_channels_last_8x64x64x64"]
-TILING_CUDA_SET = ["transposed_add_8192", "permuted_copy_64x256x64x64", "sum_dim0_8192x8192",
+TILING_CUDA_SET = ["transposed_add_8192", "permuted_copy_64x256x64x64", "weight_to_cl_4096x2048x3x3",
+                   "weight_to_nchw_4096x2048x3x3", "sum_dim0_8192x8192",
                    "layernorm_channels_64x256x64x64", "batchnorm_channels_last_64x256x64x64"]
 
 

@@ -37,6 +37,21 @@ def test_no_tile_when_accesses_agree_or_a_dim_is_short():
     assert same.tiling is None and broadcast.tiling is None and short.tiling is None
 
 
+def test_a_short_run_tiles_against_a_long_dim():
+    """A 3 x 3 convolution weight to channels-last and back: one side walks runs of 9 elements, the other
+    runs of C. One dim of at least MIN_TILED_EXTENT is enough when the other has MIN_SHORT_TILE_EXTENT."""
+    (to_cl,) = kernels(lambda w: w.contiguous(memory_format=torch.channels_last), torch.randn(8, 64, 3, 3))
+    (to_nchw,) = kernels(lambda w: w.contiguous(), torch.randn(8, 64, 3, 3).to(memory_format=torch.channels_last))
+    assert [int(n) for n in to_cl.outer] == [8, 9, 64] and (to_cl.tiling.y_dim, to_cl.tiling.x_dim) == (1, 2)
+    assert [int(n) for n in to_nchw.outer] == [8, 64, 9] and (to_nchw.tiling.y_dim, to_nchw.tiling.x_dim) == (1, 2)
+    assert to_cl.tiling.block == (16, 64) and to_nchw.tiling.block == (64, 16)
+    (two_by_two,) = kernels(lambda w: w.contiguous(memory_format=torch.channels_last), torch.randn(8, 64, 2, 2))
+    assert two_by_two.tiling is not None      # runs of MIN_SHORT_TILE_EXTENT (4) still tile
+    (three,) = kernels(lambda x: x.permute(0, 2, 3, 1).contiguous(), torch.randn(2, 3, 20, 20))
+    (both_short,) = kernels(lambda x: x.t() + 1, torch.randn(12, 12))
+    assert three.tiling is None and both_short.tiling is None
+
+
 def test_column_and_row_reductions():
     (column,) = kernels(lambda x: x.sum(0), torch.randn(64, 32))
     (row,) = kernels(lambda x: x.sum(1), torch.randn(64, 32))

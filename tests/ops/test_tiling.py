@@ -44,6 +44,15 @@ TRANSPOSED = {
     "nchw_to_nhwc_full_blocks": (lambda x: x.permute(0, 2, 3, 1).contiguous(), lambda: (make((2, 64, 9, 20)),)),
     "int_to_channels_last": (lambda x: x.to(memory_format=torch.channels_last), lambda: (make((2, 40, 7, 9), torch.int32),)),
     "half_nchw_to_nhwc": (lambda x: x.permute(0, 2, 3, 1).contiguous(), lambda: (make((2, 48, 9, 20), torch.float16),)),
+    # convolution weights between NCHW and channels-last: one side walks runs of only k*k (a short tile dim)
+    "weight_3x3_to_channels_last": (lambda w: w.contiguous(memory_format=torch.channels_last),
+                                    lambda: (make((40, 24, 3, 3)),)),
+    "weight_3x3_to_nchw": (lambda w: w.contiguous() * 2,
+                           lambda: (make((40, 24, 3, 3)).to(memory_format=torch.channels_last),)),
+    "grouped_weight_2x2_to_channels_last": (lambda w: w.contiguous(memory_format=torch.channels_last),
+                                            lambda: (make((64, 17, 2, 2)),)),
+    "weight_5x5_sliced_to_channels_last": (lambda w: w[:, 1:].contiguous(memory_format=torch.channels_last),
+                                           lambda: (make((20, 33, 5, 5)),)),
 }
 
 
@@ -66,6 +75,8 @@ def test_short_dims_keep_the_flat_loop(codegen):
     """NCHW -> NHWC with 3 channels: the 3 planes are read as 3 sequential streams; no tile."""
     plans = _plans(lambda x: x.permute(0, 2, 3, 1).contiguous(), (make((2, 3, 20, 20)),), codegen)
     assert "transpose" not in plans
+    # both dims short (a 9 x 9 transpose): nothing to gain from a tile either
+    assert "transpose" not in _plans(lambda x: x.t() + 1, (make((9, 9)),), codegen)
 
 
 COLUMNS = {

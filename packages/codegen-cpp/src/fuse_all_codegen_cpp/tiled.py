@@ -64,8 +64,10 @@ class TiledLoops:
         self.emit(f"const int64_t fa_y1 = fa_y0 + {block_y} < ({size_y}) ? fa_y0 + {block_y} : ({size_y});")
         self.emit(f"const int64_t fa_x1 = fa_x0 + {block_x} < ({size_x}) ? fa_x0 + {block_x} : ({size_x});")
         staged = self.staged_loads(loop.body, xvar(y), xvar(x))
-        copies = self.transposing_copies(loop.body, staged, xvar(y), xvar(x))
-        if copies and block_x % 8 == 0 and block_y % 8 == 0:
+        # a block shorter than 8 on a side (a run of 4 or 6: MIN_SHORT_TILE_EXTENT) has no 8x8 transposes
+        copies = (self.transposing_copies(loop.body, staged, xvar(y), xvar(x))
+                  if block_x % 8 == 0 and block_y % 8 == 0 else [])
+        if copies:
             self.open(f"if (fa_y1 - fa_y0 == {block_y} && fa_x1 - fa_x0 == {block_x})",
                       comment="a full block: 8x8 register transposes straight into the outputs")
             self.open(f"for (int64_t fa_i = 0; fa_i < {block_x}; fa_i += 8)")

@@ -33,9 +33,13 @@ from .symbolic import rvar, xvar
 
 DTYPE_BYTES = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2,
                "bfloat16": 2, "float32": 4, "float64": 8}
-# A tile dim shorter than this is not worth a tile: with a short store dim (NCHW -> NHWC with 3 channels)
-# the flat loop already reads the few strided streams sequentially, one element per stream per step.
+# A tile needs one dim at least this long. The other may be as short as MIN_SHORT_TILE_EXTENT: a 3 x 3
+# convolution weight converted between NCHW and channels-last (512 x 512 x 9 <-> 512 x 9 x 512) walks a run
+# of 9 on one side; the flat loop reads it 9 strided streams at once, each sector re-read from L2 nine times
+# (2 TB/s on the H200), where a 16 x 64 tile reads and writes whole rows. Shorter than that (NCHW -> NHWC
+# with 3 channels) the flat loop already reads the few strided streams sequentially.
 MIN_TILED_EXTENT = 16
+MIN_SHORT_TILE_EXTENT = 4
 
 
 @dataclass(frozen=True)
@@ -103,8 +107,8 @@ def _weights(kernel: Kernel, kind) -> dict:
 
 
 def _transpose_dims(kernel: Kernel, check_extent: bool = True) -> tuple[int, int] | None:
-    """(y_dim, x_dim) when the stores and some loads walk different outer dims contiguously (each at least
-    MIN_TILED_EXTENT long, with `check_extent`)."""
+    """(y_dim, x_dim) when the stores and some loads walk different outer dims contiguously (with
+    `check_extent`: one at least MIN_TILED_EXTENT long, the other at least MIN_SHORT_TILE_EXTENT)."""
     stores = _weights(kernel, Store)
     if not stores:
         return None
@@ -123,9 +127,10 @@ def _transpose_dims(kernel: Kernel, check_extent: bool = True) -> tuple[int, int
     if not disagree:
         return None
     y_dim = max(disagree, key=disagree.get)
-    for dim in (x_dim, y_dim) if check_extent else ():
-        size = sympy.sympify(kernel.outer[dim])
-        if size.is_number and int(size) < MIN_TILED_EXTENT:
+    if check_extent:
+        sizes = [sympy.sympify(kernel.outer[dim]) for dim in (x_dim, y_dim)]
+        known = sorted(int(n) for n in sizes if n.is_number)
+        if known and (known[0] < MIN_SHORT_TILE_EXTENT or (len(known) == 2 and known[1] < MIN_TILED_EXTENT)):
             return None
     return y_dim, x_dim
 
