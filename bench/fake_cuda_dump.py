@@ -110,7 +110,7 @@ def compile_for_cuda(graph, opts):
     import fuse_all_ir as ir
     from fuse_all import backend
     target = backend._target_for(graph.device, opts)
-    layout = backend._choose_layout(graph, opts)
+    layout = backend._choose_layout(graph, opts, getattr(target, "choices", None))
     compiled = ir.lower(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device, validate=False,
                         choices=getattr(target, "choices", None))
     program = compiled.program

@@ -186,7 +186,7 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     bar.set_phase("lowering and fusing")
     with outputs.timed("lower_fuse_schedule"):
         with ir.compile_timing.phase("layout"):   # else counted in aot_trace: it runs fake-tensor propagation
-            record.layout = _choose_layout(graph, opts)
+            record.layout = _choose_layout(graph, opts, getattr(target, "choices", None))
         compiled = ir.lower(graph.graph_module, graph.example_inputs, graph.graph_id, graph.device,
                             validate=True if opts.debug or debug_enabled() else None,   # None: FUSE_ALL_VALIDATE decides
                             choices=getattr(target, "choices", None))
@@ -220,10 +220,15 @@ def _compile(graph, opts: Options, record: CompiledGraph, outputs, bar):
     return call
 
 
-def _choose_layout(graph, opts: Options) -> str | None:
+def _choose_layout(graph, opts: Options, choices=None) -> str | None:
     """Channels-last convolutions (`fuse_all_ir.layout`) for inference graphs and training forwards; a
-    backward takes the strides its saved activations really have. The decision, as one line, or None."""
+    backward takes the strides its saved activations really have. The decision, as one line, or None.
+    First, where the target's `choices` ask for it, the convolutions that are matrix products stop being
+    convolutions (`fuse_all_ir.convs_as_matmuls`), so the decision weighs only the others."""
     gm, inputs = graph.graph_module, graph.example_inputs
+    if (graph.kind == "inference" and "cuda" in str(graph.device) and choices is not None
+            and choices.grouped_convs_as_matmuls):
+        ir.convs_as_matmuls(gm)
     if graph.kind == "backward":
         if ir.adopt_input_strides(gm, inputs):
             line = "strides re-derived from the saved activations' layout (channels-last forward)"

@@ -32,7 +32,8 @@ class Variable:
 # Variables that change the code a compile generates: part of the graph cache's key (graph_cache.cache_tag),
 # so a warm start after flipping one compiles again instead of loading code made without it.
 CODE_VARIABLES = ("FUSE_ALL_COLUMN_SPLITS", "FUSE_ALL_REUSE_BUFFERS", "FUSE_ALL_LAYOUT_OPT", "FUSE_ALL_CXXFLAGS",
-                  "FUSE_ALL_SMALL_MATMUL_ROWS", "FUSE_ALL_CONV_EPILOGUE", "FUSE_ALL_TF32X3_MATMUL")
+                  "FUSE_ALL_SMALL_MATMUL_ROWS", "FUSE_ALL_CONV_EPILOGUE", "FUSE_ALL_TF32X3_MATMUL",
+                  "FUSE_ALL_GROUPED_CONV_MATMUL")
 
 VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_CACHE_DIR", "`~/.cache/fuse-all`", "all stages",
@@ -80,6 +81,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FUSE_ALL_CONV_EPILOGUE", "`1`", "fuse_all_codegen_triton",
              "`0`: inference convolution + BatchNorm [+ residual] + ReLU blocks stay a cuDNN convolution and a "
              "generated kernel instead of one cuDNN call with the BatchNorm folded into the weights"),
+    Variable("FUSE_ALL_GROUPED_CONV_MATMUL", "`1`", "fuse_all_codegen_triton",
+             "`0`: grouped convolutions of 1 x 1 inputs into 1 x 1 outputs (inference, CUDA) stay cuDNN calls "
+             "instead of a batched matrix product of the one weight tap they read"),
     Variable("FUSE_ALL_TF32X3_MATMUL", "`1`", "fuse_all_codegen_triton",
              "`0`: large float32 `mm`/`bmm`/`addmm` on CUDA stay cuBLAS calls instead of the op that runs each "
              "call signature on tensor cores (three TF32 products per multiply) or in cuBLAS, whichever its first "

@@ -7,13 +7,11 @@ per weight is what is measured; and the switch that keeps the old path.
 """
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
 import fuse_all
-from fuse_all_optest import TOL, assert_near_float64, compile_fn, extern_targets
+from fuse_all_optest import compile_fn, extern_targets, judged_inference, vary_batchnorms
 
 pytestmark = pytest.mark.cuda
 DEVICE = "cuda"
@@ -30,11 +28,7 @@ class Bottleneck(torch.nn.Module):
         self.conv3, self.bn3 = torch.nn.Conv2d(width, cout, 1, bias=False), torch.nn.BatchNorm2d(cout)
         self.down = (torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 1, stride, bias=False), torch.nn.BatchNorm2d(cout))
                      if stride != 1 or cin != cout else torch.nn.Identity())
-        for bn in (self.bn1, self.bn2, self.bn3):   # non-trivial running statistics and affine parameters
-            bn.running_mean.normal_(0, 0.2)
-            bn.running_var.uniform_(0.5, 2.0)
-            bn.weight.data.uniform_(0.5, 1.5)
-            bn.bias.data.normal_(0, 0.5)
+        vary_batchnorms(self)
 
     def forward(self, x):
         y = torch.relu(self.bn1(self.conv1(x)))
@@ -43,14 +37,7 @@ class Bottleneck(torch.nn.Module):
 
 
 def judged(model, x):
-    fuse_all.reset()
-    torch._dynamo.reset()
-    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        actual = compile_fn(model, "triton")(x)
-        eager = model(x)
-        reference = copy.deepcopy(model).double()(x.double())
-    assert actual.stride() == eager.stride()
-    assert_near_float64(actual, eager, reference, "output", atol=TOL[actual.dtype][0])
+    judged_inference(model, x)
 
 
 @pytest.mark.parametrize("channels_last", [True, False], ids=["channels_last", "nchw"])

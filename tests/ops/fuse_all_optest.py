@@ -171,6 +171,34 @@ def compile_fn(fn, codegen="cpp", *, backend=None, fullgraph=True, dynamic=None,
                          fullgraph=fullgraph, dynamic=dynamic)
 
 
+def vary_batchnorms(module: torch.nn.Module) -> torch.nn.Module:
+    """`module` with every BatchNorm's running statistics and affine parameters made non-trivial (a fresh
+    BatchNorm normalises by mean 0 and variance 1, which hides a wrong fold or a dropped term)."""
+    for bn in module.modules():
+        if isinstance(bn, torch.nn.modules.batchnorm._BatchNorm):
+            bn.running_mean.normal_(0, 0.2)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.data.uniform_(0.5, 1.5)
+            bn.bias.data.normal_(0, 0.5)
+    return module
+
+
+def judged_inference(model: torch.nn.Module, x: torch.Tensor, codegen: str = "triton", same_strides: bool = True):
+    """`model(x)` compiled fresh under no_grad with float32 convolutions (TF32 off: cuDNN's algorithm choice
+    then moves results by float32 rounding only), judged against float64 relative to eager's own error."""
+    import fuse_all
+    fuse_all.reset()
+    torch._dynamo.reset()
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        actual = compile_fn(model, codegen)(x)
+        eager = model(x)
+        reference = copy.deepcopy(model).double()(x.double())
+    assert actual.shape == eager.shape
+    if same_strides:
+        assert actual.stride() == eager.stride()
+    assert_near_float64(actual, eager, reference, "output", atol=TOL[actual.dtype][0])
+
+
 def extern_targets(only=None, *, backward: bool | None = None) -> list[str]:
     """The targets of the ATen calls (ExternCalls) in this process's compiled graphs
     (`fuse_all.compiled_graphs()`), in order. `only`: just those in this set; `backward=False`: forward and

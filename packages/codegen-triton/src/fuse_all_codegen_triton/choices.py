@@ -35,6 +35,10 @@ def _fold_conv_batchnorm() -> bool:
     return os.environ.get("FUSE_ALL_CONV_EPILOGUE", "1").strip() != "0"
 
 
+def _grouped_convs_as_matmuls() -> bool:
+    return os.environ.get("FUSE_ALL_GROUPED_CONV_MATMUL", "1").strip() != "0"
+
+
 def _tf32x3_matmul() -> bool:
     return os.environ.get("FUSE_ALL_TF32X3_MATMUL", "1").strip() != "0"
 
@@ -56,6 +60,8 @@ class TritonChoices(FusionChoices):
     small_matmul_rows: int = field(default_factory=_small_matmul_rows)   # skinny mm/addmm as reductions
     # inference conv + BatchNorm [+ residual] + ReLU in cuDNN's fused epilogue; FUSE_ALL_CONV_EPILOGUE=0: off
     fold_conv_batchnorm: bool = field(default_factory=_fold_conv_batchnorm)
+    # grouped convolutions of 1 x 1 inputs as batched products; FUSE_ALL_GROUPED_CONV_MATMUL=0: off
+    grouped_convs_as_matmuls: bool = field(default_factory=_grouped_convs_as_matmuls)
     # large float32 products on tensor cores at float32 accuracy, where faster than cuBLAS (`matmul.py`);
     # FUSE_ALL_TF32X3_MATMUL=0: off
     tf32x3_matmul: bool = field(default_factory=_tf32x3_matmul)

@@ -33,6 +33,7 @@ from .program import (
 )
 from .lowering import contiguous_strides
 from .layout import adopt_input_strides, prefer_channels_last
+from .conv_as_matmul import convs_as_matmuls
 from .layout_decision import LayoutDecision, convolutions, decide_channels_last
 from .column_split import choose_column_splits, choose_row_splits, split_reductions
 from .validate import InvalidProgram, validate_kernel, validate_program
@@ -48,7 +49,7 @@ __all__ = [
     "render_host_program", "BINARY_OPS", "DTYPES", "OP_ARITY", "REDUCTION_OPS", "TERNARY_OPS", "UNARY_OPS",
     "Alloc", "BufferRef", "Compute", "Const", "ExternCall", "Free", "GraphInput", "IndexValue", "Kernel",
     "KernelCall", "Load", "Loop", "Origin", "Program", "Reduce", "Store", "TensorSpec", "FloorDiv",
-    "ModularIndexing", "rvar", "size_symbol", "xvar", "contiguous_strides", "prefer_channels_last", "adopt_input_strides", "decide_channels_last", "LayoutDecision", "convolutions", "choose_column_splits", "choose_row_splits", "split_reductions", "graph_range_name", "kernel_range_name",
+    "ModularIndexing", "rvar", "size_symbol", "xvar", "contiguous_strides", "prefer_channels_last", "convs_as_matmuls", "adopt_input_strides", "decide_channels_last", "LayoutDecision", "convolutions", "choose_column_splits", "choose_row_splits", "split_reductions", "graph_range_name", "kernel_range_name",
     "extern_range_name", "InvalidProgram", "validate_kernel", "validate_program",
     "UnsafeDirectory", "LockWaitAbandoned", "atomic_write", "cache_root", "caches_disabled", "check_private", "exclusive_lock", "make_private",
     "private_dir", "portable_caches", "compile_timing", "gc_pause", "kernel_sharing", "read_regular_file", "sweep_stale_temps", "temp_file", "user_cache_dir",

@@ -65,6 +65,9 @@ class FusionChoices:
     # inference convolution + BatchNorm [+ residual] + ReLU as one cuDNN call with the BatchNorm folded into
     # the weights (`conv_epilogue.py`): cuDNN writes the block's result once, no generated kernel re-reads it
     fold_conv_batchnorm: bool = False
+    # inference grouped convolutions of 1 x 1 inputs into 1 x 1 outputs as batched products of their one
+    # weight tap (`conv_as_matmul.py`): cuDNN runs them in a slow generic engine
+    grouped_convs_as_matmuls: bool = False
     # a small pointwise value read by several consumers is recomputed in each instead of written to memory
     # and read back (`GraphLowering._recomputable`): pays where kernels are memory-bound and launches cheap
     recompute_shared_pointwise: bool = False
