@@ -20,13 +20,10 @@ import logging
 
 import torch
 
+from .fx_values import call_function, tensor_of
+
 aten = torch.ops.aten
 log = logging.getLogger("fuse_all")
-
-
-def _val(node):
-    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return val if isinstance(val, torch.Tensor) else None
 
 
 def _ints(values) -> bool:
@@ -39,7 +36,7 @@ def the_tap(conv: torch.fx.Node) -> tuple[int, int] | None:
     if len(conv.args) != 9 or conv.kwargs:
         return None
     x, w, _bias, stride, padding, dilation, transposed, _output_padding, groups = conv.args
-    x_val, w_val, out = _val(x), _val(w), _val(conv)
+    x_val, w_val, out = tensor_of(x), tensor_of(w), tensor_of(conv)
     if transposed or x_val is None or w_val is None or out is None or not isinstance(groups, int) or groups < 2:
         return None
     if x_val.dim() != 4 or w_val.dim() != 4 or not _ints((*x_val.shape, *w_val.shape, *out.shape, *x_val.stride())):
@@ -60,40 +57,33 @@ def the_tap(conv: torch.fx.Node) -> tuple[int, int] | None:
     return taps[0], taps[1]
 
 
-def _call(graph, target, args, fake_mode, **kwargs):
-    node = graph.call_function(target, args, kwargs)
-    with fake_mode:
-        node.meta["val"] = target(*[_val(a) if isinstance(a, torch.fx.Node) else a for a in args], **kwargs)
-    return node
-
-
 def _contiguous(graph, node, fake_mode):
-    return _call(graph, aten.clone.default, (node,), fake_mode, memory_format=torch.contiguous_format)
+    return call_function(graph, aten.clone.default, (node,), fake_mode, memory_format=torch.contiguous_format)
 
 
 def _rewrite(gm: torch.fx.GraphModule, conv: torch.fx.Node, tap: tuple[int, int]) -> None:
     graph = gm.graph
     x, w, bias, *_rest, groups = conv.args
-    x_val, w_val, out = _val(x), _val(w), _val(conv)
+    x_val, w_val, out = tensor_of(x), tensor_of(w), tensor_of(conv)
     fake_mode = out.fake_mode
     n, c_in = x_val.shape[:2]
     c_out, c_in_group = w_val.shape[:2]
     c_out_group = c_out // groups
     with graph.inserting_before(conv):
-        xs = _call(graph, aten.view.default, (x, [n, groups, c_in_group]), fake_mode)
-        xs = _call(graph, aten.permute.default, (xs, [1, 0, 2]), fake_mode)                  # [G, N, Cin/G]
-        tap_w = _call(graph, aten.select.int, (w, 3, tap[1]), fake_mode)
-        tap_w = _call(graph, aten.select.int, (tap_w, 2, tap[0]), fake_mode)                  # [Cout, Cin/G]
+        xs = call_function(graph, aten.view.default, (x, [n, groups, c_in_group]), fake_mode)
+        xs = call_function(graph, aten.permute.default, (xs, [1, 0, 2]), fake_mode)                  # [G, N, Cin/G]
+        tap_w = call_function(graph, aten.select.int, (w, 3, tap[1]), fake_mode)
+        tap_w = call_function(graph, aten.select.int, (tap_w, 2, tap[0]), fake_mode)                  # [Cout, Cin/G]
         tap_w = _contiguous(graph, tap_w, fake_mode)   # the one tap, contiguous for cuBLAS
-        ws = _call(graph, aten.view.default, (tap_w, [groups, c_out_group, c_in_group]), fake_mode)
-        ws = _call(graph, aten.permute.default, (ws, [0, 2, 1]), fake_mode)                  # [G, Cin/G, Cout/G]
-        product = _call(graph, aten.bmm.default, (xs, ws), fake_mode)                        # [G, N, Cout/G]
-        product = _call(graph, aten.permute.default, (product, [1, 0, 2]), fake_mode)
+        ws = call_function(graph, aten.view.default, (tap_w, [groups, c_out_group, c_in_group]), fake_mode)
+        ws = call_function(graph, aten.permute.default, (ws, [0, 2, 1]), fake_mode)                  # [G, Cin/G, Cout/G]
+        product = call_function(graph, aten.bmm.default, (xs, ws), fake_mode)                        # [G, N, Cout/G]
+        product = call_function(graph, aten.permute.default, (product, [1, 0, 2]), fake_mode)
         product = _contiguous(graph, product, fake_mode)                                     # [N, G, Cout/G]
-        result = _call(graph, aten.view.default, (product, [n, c_out, 1, 1]), fake_mode)
+        result = call_function(graph, aten.view.default, (product, [n, c_out, 1, 1]), fake_mode)
         if bias is not None:
-            column = _call(graph, aten.view.default, (bias, [1, c_out, 1, 1]), fake_mode)
-            result = _call(graph, aten.add.Tensor, (result, column), fake_mode)
+            column = call_function(graph, aten.view.default, (bias, [1, c_out, 1, 1]), fake_mode)
+            result = call_function(graph, aten.add.Tensor, (result, column), fake_mode)
     for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
         if key in conv.meta:
             for node in (product, result):

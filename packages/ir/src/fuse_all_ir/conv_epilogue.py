@@ -27,6 +27,8 @@ import operator
 import torch
 from torch._prims_common import make_channels_last_strides_for, make_contiguous_strides_for, suggest_memory_format
 
+from .fx_values import call_function, tensor_of
+
 aten = torch.ops.aten
 log = logging.getLogger("fuse_all.ir")
 
@@ -41,10 +43,6 @@ MIN_OUTPUT = 1 << 21
 
 def cudnn_usable() -> bool:
     return bool(torch.backends.cudnn.enabled and torch.backends.cudnn.is_available())
-
-
-def _val(node):
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
 def _static(t) -> bool:
@@ -76,7 +74,7 @@ def _match(bn: torch.fx.Node):
             and conv.target is aten.convolution.default and _single_user(conv) is bn):
         return None
     x, w, _bias, _stride, _padding, _dilation, transposed, _output_padding, _groups = conv.args
-    out, xv, wv = _val(conv), _val(x), _val(w)
+    out, xv, wv = tensor_of(conv), tensor_of(x), tensor_of(w)
     if transposed or not all(_static(t) and t.dim() == 4 and t.dtype == torch.float32 for t in (out, xv, wv)):
         return None
     if out.numel() < max(MIN_OUTPUT, MIN_OUTPUT_PER_WEIGHT * wv.numel()):
@@ -91,55 +89,46 @@ def _match(bn: torch.fx.Node):
     residual = None
     if user is not None and user.target is aten.add.Tensor and not user.kwargs and len(user.args) == 2:
         residual = user.args[1] if user.args[0] is firsts[0] else user.args[0]
-        zv = _val(residual)
+        zv = tensor_of(residual)
         if (residual is firsts[0] or not _static(zv) or zv.shape != out.shape or zv.dtype != out.dtype
                 or zv.device != out.device):
             return None
         user = _single_user(user)
     if user is None or user.target is not aten.relu.default:
         return None
-    relu_val = _val(user)
+    relu_val = tensor_of(user)
     if not _static(relu_val) or relu_val.stride() != out.stride():
         return None
     return conv, user, residual
-
-
-def _call(graph, target, args, fake_mode, val=None):
-    node = graph.call_function(target, args)
-    if val is None:
-        with fake_mode:
-            val = target(*[_val(a) if isinstance(a, torch.fx.Node) else a for a in args])
-    node.meta["val"] = val
-    return node
 
 
 def _rewrite(gm, conv, bn, relu, residual) -> bool:
     graph = gm.graph
     x, w, conv_bias, stride, padding, dilation, _t, _op, groups = conv.args
     _input, gamma, beta, mean, var, _momentum, eps = bn.args
-    out = _val(relu)
+    out = tensor_of(relu)
     fake_mode = out.fake_mode
     with fake_mode:   # the folded weight's layout decides cuDNN's output format: check it first
-        folded_w_val = _val(w) * torch.empty(out.shape[1], 1, 1, 1, dtype=out.dtype, device=out.device)
-    if tuple(out.stride()) != _cudnn_output_strides(_val(x), folded_w_val, tuple(out.shape)):
+        folded_w_val = tensor_of(w) * torch.empty(out.shape[1], 1, 1, 1, dtype=out.dtype, device=out.device)
+    if tuple(out.stride()) != _cudnn_output_strides(tensor_of(x), folded_w_val, tuple(out.shape)):
         return False
     with graph.inserting_before(relu):
-        inv = _call(graph, aten.rsqrt.default, (_call(graph, aten.add.Tensor, (var, eps), fake_mode),), fake_mode)
-        scale = inv if gamma is None else _call(graph, aten.mul.Tensor, (inv, gamma), fake_mode)
-        column = _call(graph, aten.view.default, (scale, [-1, 1, 1, 1]), fake_mode)
-        folded_w = _call(graph, aten.mul.Tensor, (w, column), fake_mode)
-        centre = mean if conv_bias is None else _call(graph, aten.sub.Tensor, (mean, conv_bias), fake_mode)
-        shift = _call(graph, aten.mul.Tensor, (centre, scale), fake_mode)
-        folded_b = (_call(graph, aten.neg.default, (shift,), fake_mode) if beta is None
-                    else _call(graph, aten.sub.Tensor, (beta, shift), fake_mode))
+        inv = call_function(graph, aten.rsqrt.default, (call_function(graph, aten.add.Tensor, (var, eps), fake_mode),), fake_mode)
+        scale = inv if gamma is None else call_function(graph, aten.mul.Tensor, (inv, gamma), fake_mode)
+        column = call_function(graph, aten.view.default, (scale, [-1, 1, 1, 1]), fake_mode)
+        folded_w = call_function(graph, aten.mul.Tensor, (w, column), fake_mode)
+        centre = mean if conv_bias is None else call_function(graph, aten.sub.Tensor, (mean, conv_bias), fake_mode)
+        shift = call_function(graph, aten.mul.Tensor, (centre, scale), fake_mode)
+        folded_b = (call_function(graph, aten.neg.default, (shift,), fake_mode) if beta is None
+                    else call_function(graph, aten.sub.Tensor, (beta, shift), fake_mode))
         with fake_mode:
             result_val = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device=out.device)
         common = (stride, padding, dilation, groups)
         if residual is None:
-            fused = _call(graph, aten.cudnn_convolution_relu.default, (x, folded_w, folded_b, *common), fake_mode,
+            fused = call_function(graph, aten.cudnn_convolution_relu.default, (x, folded_w, folded_b, *common), fake_mode,
                           result_val)
         else:
-            fused = _call(graph, aten.cudnn_convolution_add_relu.default,
+            fused = call_function(graph, aten.cudnn_convolution_add_relu.default,
                           (x, folded_w, residual, 1.0, folded_b, *common), fake_mode, result_val)
     for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
         if key in conv.meta:

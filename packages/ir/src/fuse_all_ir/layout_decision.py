@@ -26,6 +26,8 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
+from .fx_values import tensor_of
+
 aten = torch.ops.aten
 
 _GROUPED_MULTIPLIER = 1.358
@@ -52,13 +54,8 @@ def convolutions(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [n for n in gm.graph.nodes if n.op == "call_function" and n.target is aten.convolution.default]
 
 
-def _val(node) -> torch.Tensor | None:
-    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return val if isinstance(val, torch.Tensor) else None
-
-
 def _weight(conv: torch.fx.Node) -> torch.Tensor:
-    return _val(conv.args[1])
+    return tensor_of(conv.args[1])
 
 
 def _is_grouped(conv: torch.fx.Node) -> bool:
@@ -97,7 +94,7 @@ def _is_small_channel(conv: torch.fx.Node) -> bool:
 def convolution_flops(conv: torch.fx.Node) -> int | None:
     """2 x batch x weight elements x output positions (input positions for a transposed convolution), as
     torch's flop counter counts them; None without shapes."""
-    x, w, out = _val(conv.args[0]), _weight(conv), _val(conv)
+    x, w, out = tensor_of(conv.args[0]), _weight(conv), tensor_of(conv)
     if x is None or w is None or out is None:
         return None
     positions = x.shape[2:] if conv.args[6] else out.shape[2:]
@@ -122,7 +119,7 @@ def decide_channels_last(gm: torch.fx.GraphModule, is_inference: bool,
     convs = convolutions(gm)
     if not convs:
         return LayoutDecision(False, "no convolutions")
-    operands = [_val(conv.args[i]) for conv in convs for i in (0, 1)]
+    operands = [tensor_of(conv.args[i]) for conv in convs for i in (0, 1)]
     if any(v is None for v in operands):
         return LayoutDecision(False, "a convolution operand has no traced shape")
     if (torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()

@@ -17,6 +17,7 @@ import logging
 import sympy
 import torch
 
+from .fx_values import value_of
 from .lowering import EXTERN_REASON
 
 aten = torch.ops.aten
@@ -48,10 +49,6 @@ def _multiply_adds(a: torch.Tensor, b: torch.Tensor) -> int | None:
     return total
 
 
-def _val(arg):
-    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
-
-
 def refusal(node: torch.fx.Node) -> str | None:
     """Why the product `node` keeps its ATen op, or None when the target's op may take it."""
     if node.target not in PRODUCTS:
@@ -60,8 +57,8 @@ def refusal(node: torch.fx.Node) -> str | None:
     if node.target is aten.addmm.default:
         if len(node.args) != 3 or any(node.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")):
             return "addmm with beta or alpha other than 1"
-        bias = _val(node.args[0])
-    a, b = (_val(arg) for arg in node.args[-2:])
+        bias = value_of(node.args[0])
+    a, b = (value_of(arg) for arg in node.args[-2:])
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         return "operands are not tensors"
     if a.dtype != torch.float32 or b.dtype != torch.float32:
