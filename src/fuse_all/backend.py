@@ -226,8 +226,7 @@ def _choose_layout(graph, opts: Options, choices=None) -> str | None:
     First, where the target's `choices` ask for it, the convolutions that are matrix products stop being
     convolutions (`fuse_all_ir.convs_as_matmuls`), so the decision weighs only the others."""
     gm, inputs = graph.graph_module, graph.example_inputs
-    if (graph.kind == "inference" and "cuda" in str(graph.device) and choices is not None
-            and choices.grouped_convs_as_matmuls):
+    if graph.kind == "inference" and choices is not None and choices.grouped_convs_as_matmuls:
         ir.convs_as_matmuls(gm)
     if graph.kind == "backward":
         if ir.adopt_input_strides(gm, inputs):

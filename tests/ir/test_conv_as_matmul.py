@@ -100,3 +100,28 @@ def test_nothing_to_rewrite_leaves_the_graph():
                                                                           torch.randn(8, 8, 3, 3))
     before = gm.code
     assert convs_as_matmuls(gm) == 0 and gm.code == before
+
+
+def test_a_dynamic_batch_is_inferred_by_the_views():
+    """Under dynamic shapes the batch is a SymInt (channels and the pixel stay static): the rewrite keeps it
+    symbolic (views with -1), and the one compiled graph serves every batch size."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    rewritten = []
+
+    def compiler(gm, example_inputs):
+        rewritten.append(convs_as_matmuls(gm))
+        gm.graph.lint()
+        return gm
+
+    w = torch.randn(96, 2, 3, 3)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, w: torch.relu(_conv(x, w)), backend=aot_autograd(fw_compiler=compiler))
+    with torch.no_grad():
+        for batch in (6, 11, 3):
+            xb = torch.randn(batch, 64, 1, 1)
+            torch._dynamo.mark_dynamic(xb, 0)
+            torch.testing.assert_close(fn(xb, w).double(), torch.relu(_conv(xb.double(), w.double())),
+                                       rtol=1e-5, atol=1e-5)
+    assert rewritten == [1]
+    torch._dynamo.reset()

@@ -11,8 +11,9 @@ the layout pass no longer converts the whole 3 x 3 weight to channels-last first
 precise than eager.
 
 Inference graphs only (a training forward's saved tensors and its backward were traced for the
-convolution), grouped convolutions only (an ungrouped one is already a GEMM in cuDNN), CUDA only (where it
-was measured); rewritten before the layout decision, so the decision sees only real convolutions.
+convolution), grouped convolutions only (an ungrouped one is already a GEMM in cuDNN); for the Triton target
+(`TritonChoices.grouped_convs_as_matmuls`: measured on CUDA; on CPU that target runs only in the tests, in
+Triton's interpreter). Rewritten before the layout decision, so the decision sees only real convolutions.
 """
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ def the_tap(conv: torch.fx.Node) -> tuple[int, int] | None:
     x_val, w_val, out = tensor_of(x), tensor_of(w), tensor_of(conv)
     if transposed or x_val is None or w_val is None or out is None or not isinstance(groups, int) or groups < 2:
         return None
-    if x_val.dim() != 4 or w_val.dim() != 4 or not _ints((*x_val.shape, *w_val.shape, *out.shape, *x_val.stride())):
+    # the batch may be symbolic (dynamic shapes); channels, taps and the one pixel must be known
+    if x_val.dim() != 4 or w_val.dim() != 4 or not _ints((*x_val.shape[1:], *w_val.shape, *out.shape[1:],
+                                                          *x_val.stride())):
         return None
     if tuple(x_val.shape[2:]) != (1, 1) or tuple(out.shape[2:]) != (1, 1):
         return None
@@ -52,7 +55,8 @@ def the_tap(conv: torch.fx.Node) -> tuple[int, int] | None:
             return None
         taps.append(pad // dil)
     n, c = x_val.shape[:2]
-    if x_val.stride(1) != 1 or (n > 1 and x_val.stride(0) != c):   # x must view as [N, G, C / G]
+    one_row = isinstance(n, int) and n == 1   # a symbolic batch is >= 2 (Dynamo specialises 0 and 1)
+    if x_val.stride(1) != 1 or (x_val.stride(0) != c and not one_row):   # x must view as [N, G, C / G]
         return None
     return taps[0], taps[1]
 
@@ -66,7 +70,7 @@ def _rewrite(gm: torch.fx.GraphModule, conv: torch.fx.Node, tap: tuple[int, int]
     x, w, bias, *_rest, groups = conv.args
     x_val, w_val, out = tensor_of(x), tensor_of(w), tensor_of(conv)
     fake_mode = out.fake_mode
-    n, c_in = x_val.shape[:2]
+    n = x_val.shape[0] if isinstance(x_val.shape[0], int) else -1   # a symbolic batch: inferred by the views
     c_out, c_in_group = w_val.shape[:2]
     c_out_group = c_out // groups
     with graph.inserting_before(conv):
