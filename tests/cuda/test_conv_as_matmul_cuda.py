@@ -7,11 +7,13 @@ that must stay convolutions, the switch, and training graphs left alone.
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 import fuse_all
-from fuse_all_optest import compile_fn, extern_targets, judged_inference, vary_batchnorms
+from fuse_all_optest import TOL, assert_near_float64, compile_fn, extern_targets, judged_inference, vary_batchnorms
 
 pytestmark = pytest.mark.cuda
 DEVICE = "cuda"
@@ -69,3 +71,20 @@ def test_training_graphs_keep_the_convolution():
     torch._dynamo.reset()
     compile_fn(model, "triton")(x).sum().backward()
     assert extern_targets(PRODUCTS) == []
+
+
+def test_a_changing_batch_stays_a_product():
+    """Dynamo's automatic dynamic shapes: the second batch size recompiles with a symbolic batch, which the
+    rewrite keeps; the third reuses that graph."""
+    model = ResNeXtBlock().to(DEVICE).eval()
+    fuse_all.reset()
+    torch._dynamo.reset()
+    fn = compile_fn(model, "triton")
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        for batch in (16, 24, 8):
+            x = torch.randn(batch, 256, 1, 1, device=DEVICE)
+            reference = copy.deepcopy(model).double()(x.double())
+            assert_near_float64(fn(x), model(x), reference, f"batch {batch}", atol=TOL[torch.float32][0])
+    graphs = fuse_all.compiled_graphs()
+    assert len(graphs) == 2
+    assert all("aten.bmm.default" in [e.target for e in g.externs] for g in graphs)
