@@ -125,3 +125,16 @@ def test_a_dynamic_batch_is_inferred_by_the_views():
                                        rtol=1e-5, atol=1e-5)
     assert rewritten == [1]
     torch._dynamo.reset()
+
+
+def test_every_new_node_keeps_the_convolutions_source_line():
+    """The fusion report and the editor's hover name a kernel's or ATen call's source through these keys."""
+    gm = make_fx(lambda x, w: torch.relu(_conv(x, w)), tracing_mode="fake")(torch.randn(2, 64, 1, 1),
+                                                                            torch.randn(64, 2, 3, 3))
+    (conv,) = [n for n in gm.graph.nodes if n.target is aten.convolution.default]
+    conv.meta["stack_trace"] = 'File "model.py", line 7, in forward'
+    old = set(gm.graph.nodes)
+    assert convs_as_matmuls(gm) == 1
+    new = [n for n in gm.graph.nodes if n not in old]
+    assert aten.bmm.default in [n.target for n in new]
+    assert all(n.meta.get("stack_trace") == 'File "model.py", line 7, in forward' for n in new)

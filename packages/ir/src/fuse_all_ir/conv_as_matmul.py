@@ -73,24 +73,26 @@ def _rewrite(gm: torch.fx.GraphModule, conv: torch.fx.Node, tap: tuple[int, int]
     n = x_val.shape[0] if isinstance(x_val.shape[0], int) else -1   # a symbolic batch: inferred by the views
     c_out, c_in_group = w_val.shape[:2]
     c_out_group = c_out // groups
+    before = set(graph.nodes)
     with graph.inserting_before(conv):
         xs = call_function(graph, aten.view.default, (x, [n, groups, c_in_group]), fake_mode)
-        xs = call_function(graph, aten.permute.default, (xs, [1, 0, 2]), fake_mode)                  # [G, N, Cin/G]
+        xs = call_function(graph, aten.permute.default, (xs, [1, 0, 2]), fake_mode)          # [G, N, Cin/G]
         tap_w = call_function(graph, aten.select.int, (w, 3, tap[1]), fake_mode)
-        tap_w = call_function(graph, aten.select.int, (tap_w, 2, tap[0]), fake_mode)                  # [Cout, Cin/G]
+        tap_w = call_function(graph, aten.select.int, (tap_w, 2, tap[0]), fake_mode)          # [Cout, Cin/G]
         tap_w = _contiguous(graph, tap_w, fake_mode)   # the one tap, contiguous for cuBLAS
         ws = call_function(graph, aten.view.default, (tap_w, [groups, c_out_group, c_in_group]), fake_mode)
-        ws = call_function(graph, aten.permute.default, (ws, [0, 2, 1]), fake_mode)                  # [G, Cin/G, Cout/G]
-        product = call_function(graph, aten.bmm.default, (xs, ws), fake_mode)                        # [G, N, Cout/G]
+        ws = call_function(graph, aten.permute.default, (ws, [0, 2, 1]), fake_mode)          # [G, Cin/G, Cout/G]
+        product = call_function(graph, aten.bmm.default, (xs, ws), fake_mode)                # [G, N, Cout/G]
         product = call_function(graph, aten.permute.default, (product, [1, 0, 2]), fake_mode)
         product = _contiguous(graph, product, fake_mode)                                     # [N, G, Cout/G]
         result = call_function(graph, aten.view.default, (product, [n, c_out, 1, 1]), fake_mode)
         if bias is not None:
             column = call_function(graph, aten.view.default, (bias, [1, c_out, 1, 1]), fake_mode)
             result = call_function(graph, aten.add.Tensor, (result, column), fake_mode)
-    for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
-        if key in conv.meta:
-            for node in (product, result):
+    # every new node keeps the convolution's source line: the fusion report and the editor name it
+    for node in set(graph.nodes) - before:
+        for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
+            if key in conv.meta:
                 node.meta[key] = conv.meta[key]
     conv.replace_all_uses_with(result)
     graph.erase_node(conv)

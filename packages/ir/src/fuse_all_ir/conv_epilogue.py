@@ -113,7 +113,8 @@ def _rewrite(gm, conv, bn, relu, residual) -> bool:
     if tuple(out.stride()) != _cudnn_output_strides(tensor_of(x), folded_w_val, tuple(out.shape)):
         return False
     with graph.inserting_before(relu):
-        inv = call_function(graph, aten.rsqrt.default, (call_function(graph, aten.add.Tensor, (var, eps), fake_mode),), fake_mode)
+        var_eps = call_function(graph, aten.add.Tensor, (var, eps), fake_mode)
+        inv = call_function(graph, aten.rsqrt.default, (var_eps,), fake_mode)
         scale = inv if gamma is None else call_function(graph, aten.mul.Tensor, (inv, gamma), fake_mode)
         column = call_function(graph, aten.view.default, (scale, [-1, 1, 1, 1]), fake_mode)
         folded_w = call_function(graph, aten.mul.Tensor, (w, column), fake_mode)
@@ -125,11 +126,11 @@ def _rewrite(gm, conv, bn, relu, residual) -> bool:
             result_val = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device=out.device)
         common = (stride, padding, dilation, groups)
         if residual is None:
-            fused = call_function(graph, aten.cudnn_convolution_relu.default, (x, folded_w, folded_b, *common), fake_mode,
-                          result_val)
+            fused = call_function(graph, aten.cudnn_convolution_relu.default, (x, folded_w, folded_b, *common),
+                                  fake_mode, result_val)
         else:
             fused = call_function(graph, aten.cudnn_convolution_add_relu.default,
-                          (x, folded_w, residual, 1.0, folded_b, *common), fake_mode, result_val)
+                                  (x, folded_w, residual, 1.0, folded_b, *common), fake_mode, result_val)
     for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
         if key in conv.meta:
             fused.meta[key] = conv.meta[key]
