@@ -263,9 +263,12 @@ class Generator(PointwiseOps, ShapeOps):
         gathered = self.gather_output()   # after those, for the same reason
         if gathered is not None:
             outs.append(gathered)
-        product = self.matmul_output()   # last of all, for the same reason
+        product = self.matmul_output()   # after those, for the same reason
         if product is not None:
             outs.append(product)
+        convolved = self.grouped_conv_output()   # last of all, for the same reason
+        if convolved is not None:
+            outs.append(convolved)
         return Program(self.seed, self.index, self.inputs, self.lines, [o.name for o in outs],
                        dynamic=self.dynamic, train=self.train, tags=self.tags,
                        exact_names={v.name for v in self.vals if v.exact})

@@ -154,6 +154,38 @@ class ShapeOps:
         tag, expr = r.choice(options)
         return self.emit(expr, v.lo, v.hi, v.exact, tag)
 
+    GROUPED_CONV_FRAC = 0.15
+
+    def grouped_conv_output(self):
+        """One more output in about a seventh of the programs: a float value as a batch of one-pixel images (its
+        last dim the channels) through a grouped k x k convolution whose padding puts one tap on the pixel,
+        with a weight (exact quarters) and maybe a bias made in the graph. The Triton target rewrites it as a
+        batched product of that tap (fuse_all_ir/conv_as_matmul.py), C++ keeps the ATen convolution. Its
+        own random stream, like shifted_read_output."""
+        r = random.Random(f"fuse-all-fuzz-grouped-conv:{self.seed}:{self.index}")
+        if self.huge or r.random() >= self.GROUPED_CONV_FRAC:
+            return None
+        values = [v for v in self.vals if v.ndim >= 1 and v.dtype in (torch.float32, torch.float64)
+                  and all(m.numel() > 0 for m in v.metas) and len({m.shape[-1] for m in v.metas}) == 1]
+        if not values:
+            return None
+        v = r.choice(values)
+        N, c = v.name, v.metas[0].shape[-1]
+        groups = [g for g in (2, 4, c) if g >= 2 and c % g == 0]
+        if not groups:
+            return None
+        g = r.choice(groups)
+        k, dilation = r.choice(((3, 1), (1, 1), (5, 1), (3, 2)))
+        out_channels = g * r.choice((1, 2, 3))
+        weight = (f"((torch.arange({out_channels * (c // g) * k * k}, device={N}.device) % 7 - 3) / 4)"
+                  f".to({N}.dtype).reshape({out_channels}, {c // g}, {k}, {k})")
+        bias = (f"(torch.arange({out_channels}, device={N}.device) % 3 - 1).to({N}.dtype)" if r.random() < 0.3
+                else "None")
+        expr = (f"torch.nn.functional.conv2d({N}.reshape(-1, {c}, 1, 1), {weight}, {bias}, "
+                f"stride={r.choice((1, 2))}, padding={(k // 2) * dilation}, dilation={dilation}, groups={g})")
+        bound = (c // g) * v.bound() * 0.75 + 1   # one tap reads the pixel: c / g products per output
+        return self.emit(expr, -bound, bound, False, "grouped_conv")
+
     MATMUL_FRAC = 0.1
 
     def matmul_output(self):
