@@ -157,10 +157,10 @@ class ShapeOps:
     GROUPED_CONV_FRAC = 0.15
 
     def grouped_conv_output(self):
-        """One more output in 15% of the programs that have a float32/64 value with a fixed last dim (~4% of all:
-        seed 147, 23 of 600): that value as a batch of one-pixel images (its
-        last dim the channels) through a grouped k x k convolution whose padding puts one tap on the pixel,
-        with a weight (exact quarters) and maybe a bias made in the graph. The Triton target rewrites it as a
+        """One more output, drawn for 15% of the programs and made where a float32/64 value with a fixed last
+        dim exists (~4% of all: seed 147, 23 of 600): that value as a batch of one-pixel images (its last dim
+        the channels) through a grouped k x k convolution whose padding puts one tap on the pixel, with a
+        weight (exact quarters) and maybe a bias made in the graph. The Triton target rewrites it as a
         batched product of that tap (fuse_all_ir/conv_as_matmul.py), C++ keeps the ATen convolution. Its
         own random stream, like shifted_read_output."""
         r = random.Random(f"fuse-all-fuzz-grouped-conv:{self.seed}:{self.index}")
