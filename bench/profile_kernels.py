@@ -27,6 +27,7 @@ env.add_repo_paths()
 
 import torch  # noqa: E402
 
+import kernel_timeline  # noqa: E402
 import measure  # noqa: E402
 import workloads  # noqa: E402
 
@@ -42,6 +43,11 @@ def kind_of(name: str) -> str:
         if pattern.search(name):
             return kind
     return "other ATen"
+
+
+def is_library_kernel(name: str) -> bool:
+    """A cuDNN or cuBLAS kernel: what every backend launches for the same convolution or product."""
+    return kind_of(name) in ("convolution", "matmul")
 
 
 def _compiled(instance, key: str):
@@ -150,8 +156,8 @@ def autotune_notes(rows: list[dict], records: list) -> None:
         row["tuning"] = note
 
 
-def _device_times(instance, fn, steps: int, launched_by: re.Pattern | None = None, bandwidth: int = 0
-                  ) -> tuple[dict[str, float], int, dict[str, int]]:
+def _device_times(instance, fn, steps: int, launched_by: re.Pattern | None = None, bandwidth: int = 0,
+                  timeline: list | None = None) -> tuple[dict[str, float], int, dict[str, int]]:
     from torch.profiler import ProfilerActivity, profile
     device = "cuda" if torch.cuda.is_available() else "cpu"
     activities = [ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
@@ -176,6 +182,11 @@ def _device_times(instance, fn, steps: int, launched_by: re.Pattern | None = Non
         rows = bandwidth_rows(graph_calls(prof.events()), fuse_all.compiled_graphs())
         autotune_notes(rows, fuse_all.compiled_graphs())
         _print_bandwidth(rows, bandwidth)
+    if timeline is not None:
+        launches_in_order, same_every_step = kernel_timeline.step_launches(prof.events(), steps)
+        timeline.extend(launches_in_order)
+        if not same_every_step:
+            print("kernel order differs between profiled steps: the timeline is the first step's")
     times: dict[str, float] = collections.defaultdict(float)
     calls: dict[str, int] = collections.defaultdict(int)
     launches = 0
@@ -274,6 +285,10 @@ def main() -> None:
     p.add_argument("--bandwidth", type=int, default=0, metavar="N",
                    help="for fuse_all: its N generated kernels with the most device time, each as (graph, kernel) "
                         "with bytes per launch and achieved GB/s")
+    p.add_argument("--regions", type=int, default=0, metavar="N",
+                   help="with two backends: cut each one's step at the library kernels both launch and list the N "
+                        "regions between them where the second backend spends the most more (and less) device time "
+                        "(bench/kernel_timeline.py)")
     p.add_argument("--json", help="write every kernel's device ms and launches per step, per backend, here")
     args = p.parse_args()
     everything: dict = {}
@@ -284,6 +299,7 @@ def main() -> None:
             if result:
                 print(f"eager ms per step: as built {result[0]:.3f}, channels-last {result[1]:.3f}")
         per_backend = {}
+        timelines: dict[str, list] = {}
         if args.gemms:
             _print_gemms({backend: _gemm_calls(instance, _compiled(instance, backend))
                           for backend in args.backends.split(",")
@@ -297,7 +313,8 @@ def main() -> None:
             times, launches, calls = _device_times(
                 instance, _compiled(instance, backend), args.steps,
                 re.compile(args.launched_by) if args.launched_by else None,
-                args.bandwidth if backend == "fuse_all" else 0)
+                args.bandwidth if backend == "fuse_all" else 0,
+                timelines.setdefault(backend, []) if args.regions else None)
             per_backend[backend] = times
             everything.setdefault(name, {})[backend] = {
                 k: {"ms": ms, "launches": calls.get(k, 0), "kind": kind_of(k)} for k, ms in times.items()}
@@ -312,6 +329,11 @@ def main() -> None:
             print(f"\n{backend}: device ms/step {total:.3f} in {launches} launches ({kinds})")
             for kernel, ms in sorted(times.items(), key=lambda kv: -kv[1])[:args.top]:
                 print(f"  {ms:8.4f} ms  {calls.get(kernel, 0):4d}x {kind_of(kernel):11s} {kernel[:104]}")
+        if args.regions and len(timelines) == 2:
+            (first, first_launches), (second, second_launches) = timelines.items()
+            found = kernel_timeline.regions(first_launches, second_launches, is_library_kernel)
+            print()
+            print("\n".join(kernel_timeline.report(first, second, found, args.regions)))
 
 
 if __name__ == "__main__":
