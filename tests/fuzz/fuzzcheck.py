@@ -169,9 +169,19 @@ def compare_float(actual, eager, ref, what, elements: int = 1, eager_error: floa
     # 65504: inf), while the graph PyTorch traces for it sums in float32 (so Inductor's result is finite
     # too; fuzz seed 114 index 83). There either eager's value or a finite one as accurate as the dtype
     # allows is right; NaN/inf where eager is finite, or a finite wrong value, still are findings.
-    eager_overflow = ~torch.isfinite(e) & torch.isfinite(r.to(actual.dtype).double())
+    representable = torch.isfinite(r.to(actual.dtype).double())
+    eager_overflow = ~torch.isfinite(e) & representable
     finite_instead = eager_overflow & torch.isfinite(a)
     e_judged = torch.where(finite_instead, a, e)
+    # Eager's NaN where the float64 result is finite comes from rounding onto a singular point: 0/0 after a
+    # cancellation (hypot's gradient at (0, 0) of `sigmoid(x) * 2 - 1` for x ~ 1e-7, fuzz seed 152 index 306,
+    # where the two float32 sigmoids round the tie 0.5 + 3e-8 to different sides). Which places land on the
+    # singularity differs between two correct float32 evaluations, so there NaN is also accepted where eager
+    # is finite, at most K times as often as eager's own such NaNs; an output without them accepts none.
+    eager_singular = int((torch.isnan(e) & representable).sum())
+    nan_instead = torch.isnan(a) & torch.isfinite(e) & representable
+    if eager_singular and nan_instead.any() and int(nan_instead.sum()) <= K * eager_singular:
+        e_judged = torch.where(nan_instead, a, e_judged)
     nan_a, nan_e = torch.isnan(a), torch.isnan(e_judged)
     if not torch.equal(nan_a, nan_e):
         return "nonfinite", f"{what}: NaN at {int((nan_a != nan_e).sum())} places where eager has none/other"

@@ -143,6 +143,36 @@ def test_a_wrong_result_where_eager_overflowed_is_caught(actual, kind):
     assert found is not None and found[0] == kind, found
 
 
+def _judge_at_a_singular_point(actual_nan_at):
+    """A gradient x / hypot(x, 0) = sign(x) where float32 rounds some x ~ 1e-7 to 0 (fuzz seed 152 index 306):
+    eager is 0/0 = NaN at places 0 and 1 although float64 says -1 and 1; `actual_nan_at`: fuse_all's NaNs."""
+    ref = torch.tensor([-1.0, 1.0] + [1.0, -1.0] * 20, dtype=torch.float64)
+    eager = ref.float()
+    eager[:2] = float("nan")
+    actual = ref.float()
+    actual[list(actual_nan_at)] = float("nan")
+    return fuzzcheck.compare_float(actual, eager, ref, "grad")
+
+
+def test_nan_at_other_places_than_eagers_own_singular_nans_is_accepted_as_rounding():
+    assert _judge_at_a_singular_point([]) is None                  # finite and right where eager is NaN
+    assert _judge_at_a_singular_point([0, 1]) is None              # eager's NaNs
+    assert _judge_at_a_singular_point([1, 5, 9]) is None           # another rounding's NaNs
+
+
+def test_nan_far_more_often_than_eagers_singular_nans_is_caught():
+    found = _judge_at_a_singular_point(range(2, 2 + 2 * int(fuzzcheck.K) + 1))
+    assert found is not None and found[0] == "nonfinite", found
+
+
+def test_nan_where_eager_has_no_singular_nan_is_caught():
+    """Eager's only non-finite values are NaNs that float64 has too: nothing to round onto, no leniency."""
+    ref = torch.tensor([float("nan"), 1.0, 2.0], dtype=torch.float64)
+    eager = ref.float()
+    found = fuzzcheck.compare_float(torch.tensor([float("nan"), float("nan"), 2.0]), eager, ref, "grad")
+    assert found is not None and found[0] == "nonfinite", found
+
+
 def test_eager_overflow_is_only_where_the_float64_result_fits_the_dtype():
     """Where the float64 result itself rounds to inf in the output's dtype, eager's inf is the answer."""
     ref = torch.tensor([70000.0, 1.0], dtype=torch.float64)
