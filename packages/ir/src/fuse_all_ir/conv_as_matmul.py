@@ -21,7 +21,7 @@ import logging
 
 import torch
 
-from .fx_values import call_function, tensor_of
+from .fx_values import call_function, keep_source, tensor_of
 
 aten = torch.ops.aten
 log = logging.getLogger("fuse_all")
@@ -89,11 +89,7 @@ def _rewrite(gm: torch.fx.GraphModule, conv: torch.fx.Node, tap: tuple[int, int]
         if bias is not None:
             column = call_function(graph, aten.view.default, (bias, [1, c_out, 1, 1]), fake_mode)
             result = call_function(graph, aten.add.Tensor, (result, column), fake_mode)
-    # every new node keeps the convolution's source line: the fusion report and the editor name it
-    for node in set(graph.nodes) - before:
-        for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
-            if key in conv.meta:
-                node.meta[key] = conv.meta[key]
+    keep_source(set(graph.nodes) - before, of=conv)   # the report and the editor name the convolution's line
     conv.replace_all_uses_with(result)
     graph.erase_node(conv)
 

@@ -27,7 +27,7 @@ import operator
 import torch
 from torch._prims_common import make_channels_last_strides_for, make_contiguous_strides_for, suggest_memory_format
 
-from .fx_values import call_function, tensor_of
+from .fx_values import call_function, keep_source, tensor_of
 
 aten = torch.ops.aten
 log = logging.getLogger("fuse_all.ir")
@@ -131,9 +131,7 @@ def _rewrite(gm, conv, bn, relu, residual) -> bool:
         else:
             fused = call_function(graph, aten.cudnn_convolution_add_relu.default,
                                   (x, folded_w, residual, 1.0, folded_b, *common), fake_mode, result_val)
-    for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
-        if key in conv.meta:
-            fused.meta[key] = conv.meta[key]
+    keep_source([fused], of=conv)
     relu.replace_all_uses_with(fused)
     for getitem in [u for u in bn.users if not u.users]:
         graph.erase_node(getitem)

@@ -1,9 +1,9 @@
-"""The values an FX graph's nodes carry (`node.meta["val"]`: fake tensors, SymInts, tuples), read and made the
-same way by every graph rewrite that runs before lowering (conv_as_matmul, conv_epilogue, layout_decision,
-matmul_route)."""
+"""The values an FX graph's nodes carry (`node.meta["val"]`: fake tensors, SymInts, tuples) and where they came
+from in the user's code, read and made the same way by every graph rewrite that runs before lowering
+(conv_as_matmul, conv_epilogue, layout_decision, matmul_route)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
@@ -28,3 +28,15 @@ def call_function(graph: torch.fx.Graph, target, args: tuple, fake_mode, val=Non
             val = target(*[value_of(a) for a in args], **kwargs)
     node.meta["val"] = val
     return node
+
+
+# the meta keys that name a node's source: the fusion report, the editor and the fusion SVG read them
+SOURCE_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack")
+
+
+def keep_source(nodes: Iterable[torch.fx.Node], of: torch.fx.Node) -> None:
+    """Give `nodes` (what a rewrite put in place of `of`) the source that `of` came from."""
+    for node in nodes:
+        for key in SOURCE_KEYS:
+            if key in of.meta:
+                node.meta[key] = of.meta[key]
