@@ -133,8 +133,11 @@ def test_every_new_node_keeps_the_convolutions_source_line():
                                                                             torch.randn(64, 2, 3, 3))
     (conv,) = [n for n in gm.graph.nodes if n.target is aten.convolution.default]
     conv.meta["stack_trace"] = 'File "model.py", line 7, in forward'
+    location = {"file": "model.py", "line": 7, "code": "y = self.conv(x)", "function": "forward"}
+    conv.meta["source_loc"] = location   # what capture attaches (fuse_all_capture.provenance.annotate_nodes)
     old = set(gm.graph.nodes)
     assert convs_as_matmuls(gm) == 1
     new = [n for n in gm.graph.nodes if n not in old]
     assert aten.bmm.default in [n.target for n in new]
     assert all(n.meta.get("stack_trace") == 'File "model.py", line 7, in forward' for n in new)
+    assert all(n.meta.get("source_loc") == location for n in new)

@@ -30,8 +30,9 @@ def call_function(graph: torch.fx.Graph, target, args: tuple, fake_mode, val=Non
     return node
 
 
-# the meta keys that name a node's source: the fusion report, the editor and the fusion SVG read them
-SOURCE_KEYS = ("stack_trace", "nn_module_stack", "source_fn_stack")
+# the meta keys that name a node's source: capture's `source_loc` (the user's line, which the fusion report,
+# the editor and the fusion SVG read first) and the traces it was derived from
+SOURCE_KEYS = ("source_loc", "stack_trace", "nn_module_stack", "source_fn_stack")
 
 
 def keep_source(nodes: Iterable[torch.fx.Node], of: torch.fx.Node) -> None:
