@@ -81,8 +81,22 @@ def regions(first: Sequence[Launch], second: Sequence[Launch], is_anchor: Callab
     return found
 
 
+MAX_LISTED = 12   # a longer region (an optimizer step's 160 copies) is listed by name, the largest totals first
+
+
 def _kernels(launches: list[Launch], width: int = 70) -> str:
-    return ", ".join(f"{launch.name[:width]} {launch.us:.1f}" for launch in launches) or "-"
+    if len(launches) <= MAX_LISTED:
+        return ", ".join(f"{launch.name[:width]} {launch.us:.1f}" for launch in launches) or "-"
+    totals: dict[str, list[float]] = {}
+    for launch in launches:
+        totals.setdefault(launch.name[:width], []).append(launch.us)
+    ranked = sorted(totals.items(), key=lambda item: -sum(item[1]))
+    listed = [f"{name} {len(times)}x {sum(times):.1f}" for name, times in ranked[:MAX_LISTED]]
+    rest = ranked[MAX_LISTED:]
+    if rest:
+        listed.append(f"{sum(len(t) for _, t in rest)} more launches of {len(rest)} kernels "
+                      f"{sum(sum(t) for _, t in rest):.1f}")
+    return ", ".join(listed)
 
 
 def report(first_name: str, second_name: str, found: list[Region], top: int) -> list[str]:

@@ -3,6 +3,7 @@ general path's routing, benchmark safety for in-place kernels, the autotune cach
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 
@@ -215,10 +216,11 @@ def test_wait_compiled_and_public_api(tmp_path):
     assert (fa.unsupported_device("cpu") is None) == _triton_compat.interpret_mode()
 
 
-def test_autotune_choice_is_benchmarked_and_remembered(_private_cache, monkeypatch):
+def test_autotune_choice_is_benchmarked_and_remembered(_private_cache, monkeypatch, caplog):
     """Regression: `_choose_config` once reused the name of the tuning key for the variant keys, so
     storing the winner raised "can only concatenate tuple (not "str") to tuple" and every autotuned
-    kernel (the reductions, on the GPU) fell back to triton's slow launcher."""
+    kernel (the reductions, on the GPU) fell back to triton's slow launcher. The candidates' times and the
+    pick are one debug line (`TORCH_LOGS=+fuse_all`)."""
     import contextlib
     from fuse_all_codegen_triton import TritonKernel, autotune
     from fuse_all_codegen_triton.compiler import Compiled, VariantKey
@@ -241,7 +243,10 @@ def test_autotune_choice_is_benchmarked_and_remembered(_private_cache, monkeypat
     monkeypatch.setattr(compat, "stream_getter", lambda: (lambda idx: 1234))
     monkeypatch.setattr(autotune, "benchmark", lambda launchers, sync, event: [0.2, 0.1][: len(launchers)])
     args = (torch.zeros(4096), torch.zeros(4096), 4096)
-    assert kernel._choose_config(args) == 1 and kernel.timings_ms == [0.2, 0.1]
+    with caplog.at_level(logging.DEBUG, logger="fuse_all_codegen_triton"):
+        assert kernel._choose_config(args) == 1 and kernel.timings_ms == [0.2, 0.1]
+    assert "k autotuned for sizes (4096,): XBLOCK=1024,w4 200.0 us, XBLOCK=2048,w8 100.0 us <-" \
+        in caplog.text
     assert autotune.load_choice(kernel._tuning_key([4096])) == configs[1]
     monkeypatch.setattr(autotune, "benchmark", lambda *a: pytest.fail("the stored choice is reused"))
     assert kernel._choose_config(args) == 1

@@ -50,3 +50,22 @@ def test_large_or_externally_read_shared_values_stay_buffers():
         kept = _lower(fn, [x], ir.FusionChoices())
         recomputed = _lower(fn, [x], Recompute())
         assert _pointwise_buffers(kept) == _pointwise_buffers(recomputed), fn.__name__
+
+
+def test_a_returned_value_that_a_consumer_broadcasts_is_read_not_recomputed():
+    """BatchNorm's invstd in training: the graph returns it (squeezed) and the normalisation broadcasts it
+    over every pixel; recomputed there it put a division and an rsqrt on each element (train_resnet50)."""
+    def bn_train_like(x, var):
+        invstd = torch.rsqrt(var / 25 + 1e-5)
+        return x * invstd, invstd.squeeze()
+
+    def same_size(x, var):            # a consumer of the value's own size: still recomputed
+        invstd = torch.rsqrt(var / 25 + 1e-5)
+        return x[:1] * invstd, invstd.squeeze()
+
+    inputs = [torch.randn(8, 6, 1, 1), torch.rand(1, 6, 1, 1) + 0.5]
+    broadcast = _lower(bn_train_like, inputs, Recompute())
+    ops = [op for op, _ in broadcast.lowered.inlined]
+    assert not any("rsqrt" in op for op in ops), ops
+    kept_inline = _lower(same_size, inputs, Recompute())
+    assert any("rsqrt" in op for op, _ in kept_inline.lowered.inlined)

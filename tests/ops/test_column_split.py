@@ -167,14 +167,20 @@ def test_split_sums_against_float64(splits, monkeypatch):
 
 def test_choose_column_splits():
     # BatchNorm stats over 64x256x64x64 channels-last: 4 blocks of 64 columns, 262144 rows
-    assert ir.choose_column_splits(256, 262144) == 128
+    assert ir.choose_column_splits(256, 262144) == 256
+    # train_resnet50's BatchNorms: 512 channels x 25088 rows -> 128 chunks of 196 rows (Inductor: 196 of
+    # 128), the stem's 64 x 401408 -> 1024 chunks of 392 (Inductor's too)
+    assert ir.choose_column_splits(512, 25088) == 128
+    assert ir.choose_column_splits(64, 401408) == 1024
+    # train_resnet50's 256 x 100352: 256 chunks of 392 rows (512 chunks of 196 were slower than 128 of 784)
+    assert ir.choose_column_splits(256, 100352) == 256
     # x.sum(0) of 8192 x 8192: 128 blocks -> 8 chunks of 1024 rows
     assert ir.choose_column_splits(8192, 8192) == 8
     # enough column blocks already: no split
     assert ir.choose_column_splits(64 * 600, 8192) == 1
-    # short columns: chunks would be under 256 rows
+    # short columns: too little work, or chunks would be under 128 rows
     assert ir.choose_column_splits(256, 300) == 1
-    assert ir.choose_column_splits(256, 1024) == 4
+    assert ir.choose_column_splits(256, 1024) == 8
     # 16 columns of 2048 rows: one program walks 32768 elements, not worth two launches
     assert ir.choose_column_splits(16, 2048) == 1
 

@@ -69,3 +69,13 @@ def test_a_step_is_the_mean_over_the_profiled_steps_when_they_launch_the_same_ke
     events.append(event(90, "c", 1.0))
     step, same = timeline.step_launches(events, steps=2)
     assert not same and step == launches(timeline, ("a", 1.0), ("b", 4.0))
+
+
+def test_a_long_region_is_listed_by_kernel_name_with_counts(timeline):
+    """An optimizer step's tail (160 copies and ~50 small kernels in train_resnet50) as one line per name,
+    the largest totals first, the rest summed."""
+    many = [timeline.Launch("Memcpy DtoD", 1.0)] * 150 + [timeline.Launch(f"kernel_{i}", 2.0 + i) for i in range(14)]
+    listed = timeline._kernels(many)
+    assert listed.startswith("Memcpy DtoD 150x 150.0, kernel_13 1x 15.0, kernel_12 1x 14.0")
+    assert listed.endswith("3 more launches of 3 kernels 9.0")       # kernel_2, kernel_1, kernel_0: 4 + 3 + 2
+    assert timeline._kernels(many[:3]) == "Memcpy DtoD 1.0, Memcpy DtoD 1.0, Memcpy DtoD 1.0"

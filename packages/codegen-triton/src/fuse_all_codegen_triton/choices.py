@@ -20,11 +20,18 @@ from dataclasses import dataclass, field
 import sympy
 
 from fuse_all_ir import FusionChoices, KernelShape
+from fuse_all_ir.symbolic import size_hint
 
 PERSISTENT_MAX_RNUMEL = 8192   # reductions up to this (concrete) size keep the row in registers
 # A column reduction keeps the row in registers only when it is this short: a long persistent column
-# leaves room for a single column per program (no coalescing); looped, XBLOCK columns walk the rows.
-PERSISTENT_MAX_COLUMN = 256
+# leaves room for a single column per program (no coalescing); looped, XBLOCK columns walk the rows. A split
+# reduction's chunks (196 rows for train_resnet50's BatchNorms) loop in 64 x 8 steps, as Inductor's outer
+# reductions do (persistent only up to 64 there).
+PERSISTENT_MAX_COLUMN = 128
+# ... except a small one (a split's final combine: 256 channels x 512 partials), latency-bound: one round
+# of loads over 8-column programs (`configs.persistent_configs`) beats a loop of dependent steps
+SMALL_COLUMN_ELEMENTS = 1 << 18
+PERSISTENT_MAX_SMALL_COLUMN = 1024
 # mm/addmm with at most this many static rows (or columns) run as generated reductions over K: on the H200
 # cuBLAS's skinny GEMMs are latency-bound (bench/RESULTS.md, "skinny products"); FUSE_ALL_SMALL_MATMUL_ROWS
 # overrides it (0: every product in cuBLAS)
@@ -90,7 +97,8 @@ class TritonChoices(FusionChoices):
         rnumel = sympy.Mul(*kernel.reduction)
         limit = self.persistent_max_rnumel
         if plan is not None and plan.kind == "column":
-            limit = min(limit, PERSISTENT_MAX_COLUMN)
+            small = size_hint(sympy.Mul(*kernel.outer, rnumel), size_hints or {}, 1024) <= SMALL_COLUMN_ELEMENTS
+            limit = min(limit, PERSISTENT_MAX_SMALL_COLUMN if small else PERSISTENT_MAX_COLUMN)
         if (not self.force_looped and rnumel.is_number and self.rblock is None
                 and int(rnumel) <= limit):
             return KernelShape("persistent", reason=f"reduction of {rnumel} <= {limit}")

@@ -25,8 +25,9 @@ from typing import NamedTuple
 import sympy
 
 from fuse_all_ir.host import py_index
+from fuse_all_ir.normalize import normalize
 from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Reduce, Store
-from fuse_all_ir.symbolic import size_hint
+from fuse_all_ir.symbolic import size_hint, xvar
 from fuse_all_ir.vocabulary import compute_dtype, is_float, is_positional, is_welford
 from fuse_all_ir.welford import two_pass_form
 
@@ -80,6 +81,11 @@ def render_kernel(kernel: Kernel, buffer_dtypes: dict | None = None, hints: dict
                   options: RenderOptions | None = None) -> RenderedKernel:
     options = options or RenderOptions()
     hints = hints or {}
+    if kernel.tiling is None:
+        # dims every access walks as one become one: a contiguous (32, 28, 28, 512) kernel indexes by
+        # `xindex` and `xindex % 512` instead of three divisions per element (tiled kernels are normalised
+        # by their plan, column reductions keep the dims their plan was made for)
+        kernel = normalize(kernel)
     dtypes = kernel.buffer_dtypes(buffer_dtypes)
     index_dtype, guard = choose_index_dtype(kernel, hints)
     shape = options.choices.choose_kernel_shape(kernel, hints)
@@ -174,6 +180,7 @@ class _Writer:
         self.n_acc = 0
         # looped: the buffers each reduction phase's later phases load again (kept in L2 for them)
         self.phase = -1
+        self.flat_outer = None   # the row-major flat index over the outer dims (`flat_index`)
         self.loaded_later = [set().union(*[{st.buffer for st in later.body if isinstance(st, Load)}
                                            for later in kernel.loops[i + 1:]])
                              for i in range(len(kernel.loops))]
@@ -220,7 +227,7 @@ class _Writer:
         return " & ".join(parts) or None
 
     def pointer(self, base: str, index, fam: frozenset, masked: bool = False, offset: "_Value | None" = None) -> str:
-        code = triton_index(index)
+        code = self.flat_index(index) or triton_index(index)
         own = self.families(index)
         if offset is not None:   # a gather: the computed element offset (int64) joins the address
             code, own = f"{code} + {offset.code}", own | offset.fam
@@ -229,6 +236,20 @@ class _Writer:
         if own != fam or (masked and not own):
             code = f"{code} + tl.zeros({self.shape(fam)}, tl.int32)"
         return f"{base} + ({code})"
+
+    def flat_index(self, index) -> str | None:
+        """`xindex` (+ an offset free of x) for an index that walks the outer space row-major, as a
+        contiguous operand of a pointwise kernel does: `512*x0 + x1` with x0 = xindex // 512 and
+        x1 = xindex % 512 is xindex, which Triton need not recompute and reads as contiguous; else None."""
+        if self.tile is not None or len(self.k.outer) < 2:     # one outer dim: x0 is xindex already
+            return None
+        if self.flat_outer is None:
+            n = len(self.k.outer)
+            self.flat_outer = sympy.Add(*[xvar(i) * sympy.Mul(*self.k.outer[i + 1:]) for i in range(n)])
+        rest = sympy.expand(sympy.sympify(index) - self.flat_outer)
+        if "x" in self.families(rest):
+            return None
+        return "xindex" if rest == 0 else f"xindex + ({triton_index(rest)})"
 
     # ---- the walk ----
     def render(self, fn_name: str) -> str:

@@ -215,6 +215,9 @@ class TritonKernel:
         self._scratch = []
         best = min(range(len(times)), key=times.__getitem__)
         self.timings_ms = times
+        log.debug("fuse-all: %s autotuned for sizes %s: %s", self.name, tuple(sizes) or f"xnumel={xnumel}",
+                  ", ".join(f"{_config_text(c)} {t * 1000:.1f} us{' <-' if i == best else ''}"
+                            for i, (c, t) in enumerate(zip(self.configs, times))))
         autotune.store_choice(key, self.configs[best], times)
         return best
 
@@ -335,6 +338,13 @@ class TritonKernel:
 
     def __repr__(self):
         return f"TritonKernel({self.name}, chosen={self.chosen})"
+
+
+def _config_text(config: dict) -> str:
+    """XBLOCK=64,RBLOCK=64,w16,s1: a launch config in one short word, for the autotuning log line."""
+    words = [f"{k}={v}" for k, v in config.items() if k.endswith("BLOCK")]
+    words += [f"{prefix}{config[k]}" for prefix, k in (("w", "num_warps"), ("s", "num_stages")) if k in config]
+    return ",".join(words)
 
 
 class LaunchMismatch(RuntimeError):

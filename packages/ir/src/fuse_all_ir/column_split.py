@@ -43,12 +43,17 @@ from .welford import welford_groups
 # ~4 programs per SM of an H100/H200 (132 SMs): below this many column blocks the rows are split
 GPU_TARGET_PROGRAMS = 4 * 132
 COLUMN_TILE = 64            # columns one program reads side by side (Triton's column XBLOCK)
-MIN_ROWS_PER_SPLIT = 256    # a chunk this long keeps the partials' traffic under ~1/256 of the input's
+# Column partials aim at twice the target: small programs (a 64 x 8 tile per step, as Inductor's outer
+# reductions), 1056 on 132 SMs as Inductor's split factor targets. At 4 per SM with chunks of >= 256 rows,
+# train_resnet50's BatchNorm statistics (512 channels x 25088 rows: 64 chunks of 392) ran at 2.4 TB/s where
+# Inductor's 196 chunks of 128 rows reach 3.1 TB/s (H200, profile_kernels --regions)
+COLUMN_TARGET_FACTOR = 2
+MIN_ROWS_PER_SPLIT = 128    # a chunk this long keeps the partials' traffic under ~1/128 of the input's
 # a program walking fewer elements alone than this finishes in a few microseconds: the extra launches of a
 # split (a partial and a final kernel per phase) would cost more than the idle SMs
 MIN_SPLIT_WORK = 1 << 16
 MIN_ELEMENTS_PER_ROW_SPLIT = 8192   # a chunk of a contiguous row: a few RBLOCK=2048 steps
-MAX_SPLITS = 128            # the final combine stays one persistent [XBLOCK, S] tile
+MAX_SPLITS = 1024           # the final combine stays one persistent [XBLOCK, S] tile (8 x 1024 floats)
 # a full sum (one row) split 128 ways left one 256-thread program per SM, ~8 KB of loads in flight each:
 # 1.9 TB/s on the H200 where Inductor's 512 chunks reach 4.4 TB/s; few rows take up to this many chunks
 MAX_ROW_SPLITS = 1024
@@ -65,13 +70,17 @@ def _pow2_floor(n: int) -> int:
 def choose_column_splits(columns: int, rows: int, target_programs: int = GPU_TARGET_PROGRAMS) -> int:
     """How many row chunks a column reduction of `columns` x `rows` (size hints) gets; 1 = no split.
 
-    Enough chunks that column blocks x chunks reach `target_programs`, a power of two, at most
-    MAX_SPLITS, with chunks of at least MIN_ROWS_PER_SPLIT rows. BatchNorm over 64x256x64x64
-    channels-last: 4 column blocks -> 128 chunks of 2048 rows; x.sum(0) of 8192^2: 128 blocks -> 8 chunks."""
+    Enough chunks that column blocks x chunks reach COLUMN_TARGET_FACTOR x `target_programs`, a power of
+    two, at most MAX_SPLITS, with chunks of at least MIN_ROWS_PER_SPLIT rows. BatchNorm over 64x256x64x64
+    channels-last: 4 column blocks -> 256 chunks of 1024 rows; train_resnet50's 512 x 25088: 128 chunks of
+    196 rows; x.sum(0) of 8192^2: 128 blocks -> 8 chunks."""
     blocks = -(-max(1, columns) // COLUMN_TILE)
     if blocks >= target_programs or rows * min(columns, COLUMN_TILE) < MIN_SPLIT_WORK:
         return 1
-    wanted = 1 << (-(-target_programs // blocks) - 1).bit_length()
+    # the power of two at or below: rounding 264 chunks up to 512 cut 256 channels' rows into 196-row chunks,
+    # 2048 programs whose fixed cost (the Welford combine, the stores) outweighed their 196 rows (79.5 us
+    # against 60.3 as 128 chunks of 784 rows, train_resnet50 on the H200)
+    wanted = _pow2_floor(-(-COLUMN_TARGET_FACTOR * target_programs // blocks))
     splits = min(wanted, MAX_SPLITS, _pow2_floor(rows // MIN_ROWS_PER_SPLIT))
     return splits if splits >= 2 else 1
 

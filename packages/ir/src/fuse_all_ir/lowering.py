@@ -15,7 +15,7 @@ from ._torch_compat import backed_size_values, real_tensor_mode
 from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, expr_stats, load, op
 from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
 from .lowering_mutations import deferrable_input_copy, write_back_inputs
-from .lowering_outputs import input_view_from_meta, input_view_replay, view_of_realized_source
+from .lowering_outputs import input_view_from_meta, input_view_replay, returned_and_broadcast, view_of_realized_source
 from .memory import buffer_refs
 from .rounding import round_results
 from .symbolic import free_size_symbols, linear_index
@@ -420,9 +420,12 @@ class GraphLowering:
             raise Unsupported(f"python op {node.target}: {exc}") from exc
 
     def _recomputable(self, node: torch.fx.Node, ops: int, buffers: set) -> bool:
-        """The value's expression (`ops` nodes over `buffers`) is small (see RECOMPUTE_MAX_OPS) and every
-        consumer is lowered to kernel code (an ATen call or the graph output needs the buffer)."""
+        """The value's expression (`ops` nodes over `buffers`) is small (see RECOMPUTE_MAX_OPS), every
+        consumer is lowered to kernel code (an ATen call or the graph output needs the buffer), and it is not
+        both returned and broadcast (`returned_and_broadcast`: BatchNorm's invstd in training)."""
         if ops > RECOMPUTE_MAX_OPS or len(buffers) > RECOMPUTE_MAX_READS:
+            return False
+        if returned_and_broadcast(node, self.size_hints):
             return False
         return all(lowers_in_kernel(self, user) for user in node.users)
 

@@ -24,11 +24,37 @@ import torch.fx
 
 from .nodes import Value
 from .program import BufferRef, TensorSpec
+from .symbolic import size_hint
 from .vocabulary import NodeKind
 
 
 def _is_view_op(target) -> bool:
     return isinstance(target, torch._ops.OpOverload) and bool(getattr(target, "is_view", False))
+
+
+def returned_and_broadcast(node: torch.fx.Node, hints: dict) -> bool:
+    """Whether the graph returns `node` (or a view of it) and a consumer reads it broadcast over more
+    elements: then the value is written to memory whatever happens, and recomputing it in that consumer
+    repeats its ops per element. BatchNorm's per-channel rsqrt in training is both (the saved `invstd` is a
+    squeeze of it): recomputed in the normalisation it put a division and an rsqrt on every pixel
+    (train_resnet50's BatchNorm-apply kernels, 45 us against Inductor's 41 on the H200)."""
+    own = _hinted_numel(node, hints)
+    return _returned_through_views(node) and any(_hinted_numel(user, hints) > own for user in node.users)
+
+
+def _returned_through_views(node: torch.fx.Node) -> bool:
+    return any(user.op == "output" or (user.op == "call_function" and _is_view_op(user.target)
+                                       and _returned_through_views(user)) for user in node.users)
+
+
+def _hinted_numel(node: torch.fx.Node, hints: dict) -> int:
+    """The traced value's element count at the example sizes (0 for a non-tensor): a cost estimate, so no
+    guard on a symbolic size."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return 0
+    numel = val.numel()
+    return size_hint(numel.node.expr, hints, 1024) if isinstance(numel, torch.SymInt) else int(numel)
 
 
 def _view_chain(node: torch.fx.Node) -> tuple[torch.fx.Node, list[torch.fx.Node]]:
