@@ -146,6 +146,26 @@ def test_backward_converts_the_weight_once_in_the_graph():
     assert [o.stride() for o in _outputs(gm)] == traced   # the weight gradient goes back to NCHW
 
 
+def test_a_pointwise_weight_gradient_needs_no_copy_back():
+    """A 1x1 convolution's weight gradient comes out of a channels-last backward with strides (96, 1, 96, 96)
+    where it was traced (96, 1, 1, 1): the same memory, so no clone (autograd's layout contract ignores size-1
+    dims' strides); the 3x3 weight's gradient, laid out differently, is still copied back."""
+    def two_weights(grad, a, w1, w3):
+        _, gw1, _ = aten.convolution_backward(grad, a, w1, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
+                                              [False, True, False])
+        _, gw3, _ = aten.convolution_backward(grad, a, w3, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                              [False, True, False])
+        return gw1, gw3
+    mode, values = _fake_cuda((4, 128, 32, 32), (4, 96, 32, 32), (128, 96, 1, 1), (128, 96, 3, 3))
+    gm = _trace(two_weights, mode, values)
+    with mode:
+        real = [v.contiguous(memory_format=torch.channels_last) for v in values[:2]] + values[2:]
+    assert adopt_input_strides(gm, real)
+    gw1, gw3 = gm.graph.find_nodes(op="output")[0].args[0]
+    assert gw1.target is not aten.clone.default and gw3.target is aten.clone.default
+    assert gw1.meta["val"].is_contiguous() and gw3.meta["val"].stride() == (864, 9, 3, 1)
+
+
 def _layouts(gm):
     def layout(v):
         if isinstance(v, torch.Tensor):
