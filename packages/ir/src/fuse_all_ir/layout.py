@@ -211,7 +211,8 @@ def adopt_input_strides(gm: torch.fx.GraphModule, example_inputs) -> bool:
     """A backward graph whose example inputs (the forward's saved activations, restrided by AOTAutograd to
     what the forward compiler produced) have other strides than its placeholders were traced with: re-derive
     every stride from the inputs, and clone outputs (gradients) back to their traced strides where a memory
-    format restores them. True when the graph changed."""
+    format restores them and the memory layout differs (not where only size-1 dims' strides changed: a 1x1
+    weight's gradient). True when the graph changed."""
     placeholders = gm.graph.find_nodes(op="placeholder")
     if not any(isinstance(e, torch.Tensor) and (v := _tensor(p)) is not None and tuple(v.stride()) != tuple(e.stride())
                for p, e in zip(placeholders, example_inputs)):
