@@ -211,8 +211,8 @@ def adopt_input_strides(gm: torch.fx.GraphModule, example_inputs) -> bool:
     """A backward graph whose example inputs (the forward's saved activations, restrided by AOTAutograd to
     what the forward compiler produced) have other strides than its placeholders were traced with: re-derive
     every stride from the inputs, and clone outputs (gradients) back to their traced strides where a memory
-    format restores them and the memory layout differs (not where only size-1 dims' strides changed: a 1x1
-    weight's gradient). True when the graph changed."""
+    format restores them (a view where only size-1 dims' strides changed: a 1x1 weight's gradient). True when
+    the graph changed."""
     placeholders = gm.graph.find_nodes(op="placeholder")
     if not any(isinstance(e, torch.Tensor) and (v := _tensor(p)) is not None and tuple(v.stride()) != tuple(e.stride())
                for p, e in zip(placeholders, example_inputs)):
@@ -246,11 +246,6 @@ def _restore_output_strides(gm: torch.fx.GraphModule, before: list, indices, add
         val = _tensor(arg)
         if val is None or strides is None or tuple(val.stride()) == strides:
             continue
-        if not strict and _same_memory_layout(val, strides):
-            # a 1x1 convolution's weight gradient, channels-last: only its size-1 dims' strides differ, so it
-            # is laid out as the parameter already (autograd's layout contract ignores those strides too);
-            # the clone was one plain copy kernel per 1x1 convolution (35 per train_resnet50 step, ~70 us)
-            continue
         probe = torch.empty_strided(tuple(val.shape), strides, device="meta")
         formats = (torch.contiguous_format, torch.channels_last) if val.dim() == 4 else (torch.contiguous_format,)
         fmt = next((f for f in formats if probe.is_contiguous(memory_format=f)), None)
@@ -259,7 +254,14 @@ def _restore_output_strides(gm: torch.fx.GraphModule, before: list, indices, add
                 raise ValueError(f"output {i} had strides {strides} that no memory format restores")
             continue
         with gm.graph.inserting_before(output):
-            outs[i] = gm.graph.call_function(aten.clone.default, (arg,), {"memory_format": fmt})
+            if not strict and fmt is torch.contiguous_format and _same_memory_layout(val, strides):
+                # a 1x1 convolution's weight gradient, channels-last: only its size-1 dims' strides differ,
+                # the memory is laid out as traced already, so a view gives back the traced strides; the clone
+                # was one plain copy kernel per 1x1 convolution (35 per train_resnet50 step, ~70 us)
+                outs[i] = gm.graph.call_function(aten.as_strided.default,
+                                                 (arg, list(val.shape), list(strides), val.storage_offset()))
+            else:
+                outs[i] = gm.graph.call_function(aten.clone.default, (arg,), {"memory_format": fmt})
         added.append(outs[i])
         restored += 1
     output.args = (type(output.args[0])(outs),) + tuple(output.args[1:])

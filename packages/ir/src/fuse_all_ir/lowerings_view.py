@@ -317,8 +317,11 @@ def _unbind(g, x, dim=0):
 
 @lowers(aten.as_strided.default, aten.as_strided_copy.default)
 def _as_strided(g, x, size, stride, offset=None):
-    """Only over a whole buffer: then the result is exactly a strided view of that buffer."""
-    if x.view is None or x.view.offset != 0 or tuple(x.view.stride) != tuple(contiguous_strides(x.size)):
+    """Only over a whole buffer laid out contiguously (strides of size-1 dims do not matter: a 1x1 weight's
+    channels-last gradient restrided back by `layout.py`): then the result is exactly a strided view of it."""
+    contiguous = contiguous_strides(x.size)
+    if x.view is None or x.view.offset != 0 or any(
+            n != 1 and s != c for n, s, c in zip(x.size, x.view.stride, contiguous)):
         raise Unsupported("as_strided of a value that is not a contiguous buffer")
     size, stride = tuple(sym(s) for s in size), tuple(sym(s) for s in stride)
     offset = sym(offset or 0)
