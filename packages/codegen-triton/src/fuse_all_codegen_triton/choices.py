@@ -22,6 +22,8 @@ import sympy
 from fuse_all_ir import FusionChoices, KernelShape
 from fuse_all_ir.symbolic import size_hint
 
+from .indexing import DEFAULT_SIZE_HINT
+
 PERSISTENT_MAX_RNUMEL = 8192   # reductions up to this (concrete) size keep the row in registers
 # A column reduction keeps the row in registers only when it is this short: a long persistent column
 # leaves room for a single column per program (no coalescing); looped, XBLOCK columns walk the rows. A split
@@ -97,7 +99,8 @@ class TritonChoices(FusionChoices):
         rnumel = sympy.Mul(*kernel.reduction)
         limit = self.persistent_max_rnumel
         if plan is not None and plan.kind == "column":
-            small = size_hint(sympy.Mul(*kernel.outer, rnumel), size_hints or {}, 1024) <= SMALL_COLUMN_ELEMENTS
+            elements = size_hint(sympy.Mul(*kernel.outer, rnumel), size_hints or {}, DEFAULT_SIZE_HINT)
+            small = elements <= SMALL_COLUMN_ELEMENTS
             limit = min(limit, PERSISTENT_MAX_SMALL_COLUMN if small else PERSISTENT_MAX_COLUMN)
         if (not self.force_looped and rnumel.is_number and self.rblock is None
                 and int(rnumel) <= limit):

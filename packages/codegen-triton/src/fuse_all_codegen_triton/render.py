@@ -24,10 +24,11 @@ from typing import NamedTuple
 
 import sympy
 
+from fuse_all_ir import contiguous_strides
 from fuse_all_ir.host import py_index
 from fuse_all_ir.normalize import normalize
 from fuse_all_ir.program import Compute, Const, IndexValue, Kernel, Load, Reduce, Store
-from fuse_all_ir.symbolic import size_hint, xvar
+from fuse_all_ir.symbolic import linear_index, size_hint, xvar
 from fuse_all_ir.vocabulary import compute_dtype, is_float, is_positional, is_welford
 from fuse_all_ir.welford import two_pass_form
 
@@ -180,7 +181,11 @@ class _Writer:
         self.n_acc = 0
         # looped: the buffers each reduction phase's later phases load again (kept in L2 for them)
         self.phase = -1
-        self.flat_outer = None   # the row-major flat index over the outer dims (`flat_index`)
+        # the row-major flat index over the outer dims, which `flat_index` prints as xindex (one outer dim:
+        # x0 is xindex already; a tile has its own two axes)
+        outer_vars = [xvar(i) for i in range(len(kernel.outer))]
+        self.flat_outer = (linear_index(0, outer_vars, contiguous_strides(kernel.outer))
+                           if self.tile is None and len(kernel.outer) >= 2 else None)
         self.loaded_later = [set().union(*[{st.buffer for st in later.body if isinstance(st, Load)}
                                            for later in kernel.loops[i + 1:]])
                              for i in range(len(kernel.loops))]
@@ -241,11 +246,8 @@ class _Writer:
         """`xindex` (+ an offset free of x) for an index that walks the outer space row-major, as a
         contiguous operand of a pointwise kernel does: `512*x0 + x1` with x0 = xindex // 512 and
         x1 = xindex % 512 is xindex, which Triton need not recompute and reads as contiguous; else None."""
-        if self.tile is not None or len(self.k.outer) < 2:     # one outer dim: x0 is xindex already
-            return None
         if self.flat_outer is None:
-            n = len(self.k.outer)
-            self.flat_outer = sympy.Add(*[xvar(i) * sympy.Mul(*self.k.outer[i + 1:]) for i in range(n)])
+            return None
         rest = sympy.expand(sympy.sympify(index) - self.flat_outer)
         if "x" in self.families(rest):
             return None

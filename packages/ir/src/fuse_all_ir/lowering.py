@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import os
 
 import sympy
 import torch
@@ -13,7 +12,8 @@ import torch.fx
 from . import dtypes
 from ._torch_compat import backed_size_values, real_tensor_mode
 from .nodes import CURRENT_ORIGIN, E, LoweredGraph, Node, Value, View, const, expr_stats, load, op
-from .program import BufferRef, ExternCall, GraphInput, Origin, TensorSpec
+from .origins import origin_of, target_name
+from .program import BufferRef, ExternCall, GraphInput, TensorSpec
 from .lowering_mutations import deferrable_input_copy, write_back_inputs
 from .lowering_outputs import input_view_from_meta, input_view_replay, returned_and_broadcast, view_of_realized_source
 from .memory import buffer_refs
@@ -218,7 +218,7 @@ class GraphLowering:
             else:
                 outputs.append(None)
                 specs.append(None)
-        call = ExternCall(target=_target_name(node.target), args=tuple(args), kwargs=dict(kwargs),
+        call = ExternCall(target=target_name(node.target), args=tuple(args), kwargs=dict(kwargs),
                           outputs=tuple(outputs), out_specs=tuple(specs), origins=self._origins(), reason=reason,
                           single_result=single)
         self.externs.append(call)
@@ -383,7 +383,7 @@ class GraphLowering:
         lowering = LOWERINGS.get(target)
         reason = _unlowerable_reason(node)
         if lowering is None and reason is None:
-            reason = node.meta.get(EXTERN_REASON) or f"{_target_name(target)} has no lowering"
+            reason = node.meta.get(EXTERN_REASON) or f"{target_name(target)} has no lowering"
         if reason is None:
             args = torch.fx.node.map_arg(node.args, lambda n: self.env[n.name])
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n.name])
@@ -393,7 +393,7 @@ class GraphLowering:
                 self._maybe_realize(node, result)
                 return result
             except (Unsupported, dtypes.UnsupportedDtype, NotImplementedError) as exc:
-                reason = f"{_target_name(target)}: {exc}"
+                reason = f"{target_name(target)}: {exc}"
         return self.extern(node, reason)
 
     def _known_size_value(self, node):
@@ -442,7 +442,7 @@ class GraphLowering:
         if (shared and not self._recomputable(node, ops, buffers)) or ops > 64:
             self.realize(result, _meta_stride(node))
         else:
-            self.inlined.append((_target_name(node.target), CURRENT_ORIGIN.get()))
+            self.inlined.append((target_name(node.target), CURRENT_ORIGIN.get()))
 
     def _lower_output(self, arg):
         if arg is None:
@@ -546,11 +546,6 @@ def _stride_rank(stride):
         return 1 << 40  # symbolic strides are large
 
 
-def _target_name(target) -> str:
-    name = str(target)
-    return name if name.startswith("aten.") or "." in name else f"{getattr(target, '__module__', '')}.{name}"
-
-
 def _unlowerable_reason(node) -> str | None:
     """Dtype checks that apply to every lowering: complex and float8 have no codegen."""
     vals = node.meta.get("val")
@@ -560,35 +555,6 @@ def _unlowerable_reason(node) -> str | None:
     for v in vals:
         if isinstance(v, torch.Tensor) and not dtypes.is_supported(v.dtype):
             return f"dtype {v.dtype} has no fused codegen"
-    return None
-
-
-def origin_of(node: torch.fx.Node) -> Origin:
-    loc = node.meta.get("source_loc") or _parse_stack_trace(node.meta.get("stack_trace"))
-    target = _target_name(node.target)
-    if not loc:
-        return Origin(target, fx_node=node.name)
-    return Origin(target, loc.get("file"), loc.get("line"), loc.get("code"), node.name)
-
-
-def _parse_stack_trace(trace):
-    """Fallback when capture didn't attach `source_loc`: the innermost frame outside torch."""
-    if not trace:
-        return None
-    lines = trace.strip().splitlines()
-    torch_dir = os.path.dirname(torch.__file__)
-    for i in range(len(lines) - 1, -1, -1):
-        line = lines[i].strip()
-        if line.startswith('File "'):
-            file = line.split('"')[1]
-            if file.startswith(torch_dir):
-                continue
-            try:
-                lineno = int(line.split(", line ")[1].split(",")[0])
-            except (IndexError, ValueError):
-                continue
-            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            return {"file": file, "line": lineno, "code": code}
     return None
 
 

@@ -101,7 +101,8 @@ def write_back_inputs(g) -> None:
 
 
 def _write_back_group(g, copies) -> None:
-    from .lowering import _meta_stride, origin_of
+    from .lowering import _meta_stride
+    from .origins import origin_of
     from .memory import buffer_refs
     if len(copies) == 1:
         token = CURRENT_ORIGIN.set(origin_of(copies[0]))
