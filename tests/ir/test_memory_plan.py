@@ -366,6 +366,34 @@ def test_a_row_reduction_reading_the_element_it_later_writes_is_in_place():
     torch.testing.assert_close(got, 2 * x - (2 * x).sum(-1, keepdim=True))
 
 
+def _split_like_program(second_reads: str) -> ir.Program:
+    """kernel_1 (buf2 = buf1 + arg0) then kernel_2 (buf3 = `second_reads`), then buf1's Free: the shape of a
+    split reduction, whose final kernel runs between the partial kernel and the frees (column_split)."""
+    second = pointwise("kernel_2", (4, 4), [Load("a", second_reads, 4 * X0 + X1, "float32"),
+                                            Store("buf3", 4 * X0 + X1, "a")], [second_reads], ["buf3"])
+    prog = program("g", "cpu", {"arg0": spec("float32", (4, 4))},
+                   {"buf2": spec("float32", (4, 4)), "buf3": spec("float32", (4, 4))},
+                   [_producer(), _pointwise_consumer(4 * X0 + X1), second], temps={"buf1": spec("float32", (4, 4))})
+    prog.outputs = [BufferRef("buf2"), BufferRef("buf3")]
+    prog.steps = [Alloc("buf1"), KernelCall("kernel_0"), Alloc("buf2"), Alloc("buf3"), KernelCall("kernel_1"),
+                  KernelCall("kernel_2"), Free("buf1")]
+    return prog
+
+
+def test_in_place_across_a_kernel_that_does_not_read_the_donor():
+    planned = _planned(_split_like_program("arg0"))
+    assert in_place_pairs(planned) == {"buf2": "buf1"}
+    x = torch.randn(4, 4)
+    buf2, buf3 = run(planned, [x])
+    torch.testing.assert_close(buf2, 3 * x)
+    torch.testing.assert_close(buf3, x)
+    # the kernel in between reads the donor: it is not dead after kernel_1
+    planned = _planned(_split_like_program("buf1"))
+    assert not in_place_pairs(planned)
+    buf2, buf3 = run(planned, [x])
+    torch.testing.assert_close(buf3, 2 * x)
+
+
 def _refused(consumer=None, reason: str = "", **kwargs) -> ir.Program:
     prog = _consumer_program(consumer if consumer is not None else _pointwise_consumer(4 * X0 + X1), **kwargs)
     planned = _planned(prog)

@@ -161,20 +161,24 @@ def test_limits_on_outputs_and_inputs(nonzero):
     assert program.report.siblings_kept_apart[0]["reason"] == "merged kernel would read 3 buffers (limit 2)"
 
 
-def test_split_reductions_keep_per_element_stores_out_of_a_split_reduction(nonzero, monkeypatch):
+def test_split_reductions_take_a_pointwise_sibling_not_a_store_only_phase(nonzero, monkeypatch):
     # where a target splits reductions over programs, a pointwise sibling over the reduction's full space
-    # would make the reduction unsplittable; two reductions over one range stay splittable and merge
+    # joins the reduction: the split's partial kernel stores it (each element is in exactly one chunk)
     class Splitting(ir.FusionChoices):
         split_reductions = True
     monkeypatch.setenv("FUSE_ALL_COLUMN_SPLITS", "2")
     x = nonzero(8, 16)
     program = ir.lower(*traced(lambda x: (x.exp(), x.sum(1)), x), choices=Splitting()).program
-    assert program.report.siblings_kept_apart[0]["reason"].startswith("the reduction is split over the GPU")
-    # the row sums split into a partial and a final kernel; the exp runs alone
-    assert len(program.kernels) == 3 and sum(1 for k in program.kernels.values() if not reduces(k)) == 1
+    assert not program.report.siblings_kept_apart
+    (partial,) = [k for k in program.kernels.values() if k.name.endswith("_part0")]
+    assert reduces(partial) == ["sum"] and len(program.kernels) == 2
+    assert any(not out.startswith(partial.name) for out in partial.outputs)   # the exp's buffer
     program = ir.lower(*traced(lambda x: (x.sum(1), x.amax(1)), x), choices=Splitting()).program
     (partial,) = [k for k in program.kernels.values() if k.name.endswith("_part0")]
     assert reduces(partial) == ["max", "sum"]
+    # a phase that only stores (softmax's normalisation) has nothing to combine: that kernel stays whole
+    program = ir.lower(*traced(lambda x: (torch.softmax(x, 1),), x), choices=Splitting()).program
+    assert not any("_part" in name for name in program.kernels)
 
 
 def test_kernels_one_aten_call_reads_together_merge(nonzero):

@@ -45,6 +45,10 @@ CASES = {
     "batchnorm_channels_last": (
         lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
         lambda: (make((4, 24, 5, 7)).to(memory_format=torch.channels_last), make((24,)), make((24,))), 1),
+    # a pointwise value the kernel also stores (for another consumer) and sums: the partial kernel stores
+    # it; 37 rows in 4 or 7 chunks leave a short tail chunk whose stores past the rows are masked off
+    "stored_and_summed_odd": (lambda x: (torch.relu(x - 0.5) * 3, (torch.relu(x - 0.5) * 3).sum(0)),
+                              lambda: (make((37, 129)),), 1),
     "batchnorm_channels_last_odd": (
         lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
         lambda: (make((3, 5, 7, 11)).to(memory_format=torch.channels_last), make((5,)), make((5,))), 1),
@@ -57,6 +61,7 @@ CONTIGUOUS = {
     "mean_last_dim": (lambda x: x.mean(-1), lambda: (make((3, 1029)),), 1),
     "var_mean_full": (lambda x: torch.var_mean(x), lambda: (make((31, 17)),), 1),
     "logsumexp_last_dim": (lambda x: torch.logsumexp(x, -1), lambda: (make((2, 517)),), 2),
+    "stored_and_summed_last_dim": (lambda x: (x.exp(), x.exp().sum(-1)), lambda: (make((3, 1029)),), 1),
     # NCHW statistics: reduction dims N and H*W do not merge, chunks cut across images
     "batchnorm_nchw": (
         lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
@@ -107,6 +112,43 @@ def test_split_dynamic_shapes(monkeypatch):
     fn = lambda x: torch.var_mean(x, 0)   # noqa: E731
     for rows, cols in ((37, 53), (70, 29)):
         assert _split_count(_kernel_names(fn, (make((rows, cols)),), dynamic=True)) == 1   # one Welford phase
+
+
+def _partial_stores() -> int:
+    """How many split partial kernels store more than their partials (a per-element output)."""
+    return sum(1 for graph in fuse_all.compiled_graphs() for k in graph.kernels
+               if "_part" in k.name and any(not out.startswith(k.name.split("_part")[0]) for out in k.outputs))
+
+
+@pytest.mark.triton
+def test_split_keeps_a_stored_pointwise_producer(monkeypatch):
+    """A linear layer's backward after a GELU: the GELU backward is both the matmuls' input and the sum
+    that is the first layer's bias gradient. It is computed once, in the split sum's partial kernel, which stores it
+    (issue 11: one launch and one pass over the gradient fewer per linear layer); dynamic row counts."""
+    monkeypatch.setenv(FORCE_ENV, "4")
+    for rows in (37, 70):
+        model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.GELU(), torch.nn.Linear(40, 8))
+        x = make((rows, 24), requires_grad=True)
+        names = _kernel_names(model, (x,), grad=True, grad_vs_float64=True, dynamic=True)
+        assert _split_count(names) >= 1
+        assert _partial_stores() >= 1
+
+
+@pytest.mark.triton
+def test_split_chunks_of_whole_images_index_rows_directly(monkeypatch):
+    """A channels-last sum over (N, H, W) with an operand broadcast over H, W (average pooling's gradient in
+    a ResNet backward) keeps N and H*W apart; a chunk of 2 images then reads row `r` of the chunk as
+    `8*r`, not `72*(r // 9) + 8*(r % 9)`: no division per element."""
+    monkeypatch.setenv(FORCE_ENV, "2")
+    fn = lambda x, g: (x * g[:, :, None, None]).sum((0, 2, 3))   # noqa: E731
+    x = make((4, 8, 3, 3)).to(memory_format=torch.channels_last)
+    names = _kernel_names(fn, (x, make((4, 8))))
+    assert _split_count(names) == 1
+    (partial,) = [k for g in fuse_all.compiled_graphs() for k in g.kernels if "_part" in k.name]
+    indices = [st.index for st in partial.statements() if isinstance(st, ir.Load)]
+    affine = [i for i in indices if i.has(ir.rvar(0)) and not i.has(ir.FloorDiv, ir.ModularIndexing)]
+    assert len(affine) == 1 and affine[0].coeff(ir.rvar(0)) == 8, indices      # x's
+    assert any(i.has(ir.FloorDiv) for i in indices), indices                     # g's: one row per image
 
 
 @pytest.mark.triton

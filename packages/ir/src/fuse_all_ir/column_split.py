@@ -18,7 +18,10 @@ input is read once. A reduction phase that uses earlier Reduce results reads the
 kernel's result buffer: the arithmetic is the
 original's, in the original order, only the summation is regrouped (partials of contiguous chunks of the
 flattened reduction space, as Inductor's split reductions do). 2 kernels per reduction phase instead of 1.
-Not split: phases that store per-element values (a softmax's last phase), argmax/argmin.
+A reduction phase that also stores per-element values (a pointwise producer fused into the reduction: a bias
+gradient's sum over the dropout backward it also writes for a matmul) stores them from its partial kernel,
+where every element is visited by exactly one chunk. Not split: phases that only store per-element values
+(a softmax's last phase: nothing to combine), argmax/argmin.
 
 `choose_column_splits` / `choose_row_splits` are the decision (to move into the FusionChoices hook);
 `FUSE_ALL_COLUMN_SPLITS=<n>` forces `n` chunks on every eligible kernel (tests run small shapes through the
@@ -32,6 +35,7 @@ import os
 
 import sympy
 
+from .indexing import recombine
 from .normalize import normalize
 from .program import (Alloc, Compute, Const, Free, IndexValue, Kernel, KernelCall, Load, Loop, Program, Reduce,
                       Store, TensorSpec)
@@ -120,9 +124,10 @@ def splittable(kernel: Kernel) -> str | None:
     for i in _reduction_phases(kernel):
         body = kernel.loops[i].body
         reduced = {s.name for s in body if isinstance(s, Reduce)}
+        if not reduced and any(isinstance(s, Store) for s in body):
+            # nothing to combine: the phase is a pass over every element (a softmax's last phase)
+            return "a reduction phase only stores per-element values"
         for s in body:
-            if isinstance(s, Store):
-                return "a reduction phase stores per-element values"
             if isinstance(s, Reduce) and s.op not in SPLITTABLE_OPS:
                 return f"{s.op} has no partial form here"
             used = set(getattr(s, "args", ())) | {getattr(s, "arg", None), getattr(s, "mask", None)}
@@ -177,11 +182,17 @@ def _row_subs(reduction, flat) -> dict:
     return subs
 
 
-def _reindex(stmt, subs: dict):
+def _reindex(stmt, subs: dict, recombined: bool = False):
+    """`stmt` with its index variables replaced; `recombined`: with (quotient, remainder) pairs merged back
+    (a chunk of NHWC rows read as `100352*(r0 // 49) + 2048*(r0 % 49)` is `2048*r0`: no division per
+    element)."""
+    def moved(expr):
+        expr = sympy.sympify(expr).xreplace(subs)
+        return recombine(expr) if recombined else expr
     if isinstance(stmt, (Load, Store)):
-        return dataclasses.replace(stmt, index=sympy.sympify(stmt.index).xreplace(subs))
+        return dataclasses.replace(stmt, index=moved(stmt.index))
     if isinstance(stmt, IndexValue):
-        return dataclasses.replace(stmt, expr=sympy.sympify(stmt.expr).xreplace(subs))
+        return dataclasses.replace(stmt, expr=moved(stmt.expr))
     return stmt
 
 
@@ -235,22 +246,21 @@ def split_kernel(kernel: Kernel, splits: int, device: str):
             valid = names()
             body.append(IndexValue(valid, sympy.StrictLessThan(flat_row, rows), "bool"))
         reduces = []
+
+        def within_rows(mask):
+            """`mask` and the chunk's row-validity (the tail chunk's points past the rows do nothing)."""
+            if mask is None:
+                return valid
+            both = names()
+            body.append(Compute(both, "logical_and", (mask, valid), "bool"))
+            return both
+
         for s in k.loops[phase].body:
-            s = _reindex(s, subs)
-            if isinstance(s, Load) and valid is not None:
-                mask = valid
-                if s.mask is not None:
-                    mask = names()
-                    body.append(Compute(mask, "logical_and", (s.mask, valid), "bool"))
-                s = dataclasses.replace(s, mask=mask)
-            if isinstance(s, Reduce) and is_welford(s.op):
-                if valid is not None:   # the tail chunk's points past the rows are not counted
-                    mask = valid
-                    if s.mask is not None:
-                        mask = names()
-                        body.append(Compute(mask, "logical_and", (s.mask, valid), "bool"))
-                    s = dataclasses.replace(s, mask=mask)
-            elif isinstance(s, Reduce) and valid is not None:
+            s = _reindex(s, subs, recombined=True)
+            masked = isinstance(s, (Load, Store)) or (isinstance(s, Reduce) and is_welford(s.op))
+            if masked and valid is not None:
+                s = dataclasses.replace(s, mask=within_rows(s.mask))
+            elif isinstance(s, Reduce) and not is_welford(s.op) and valid is not None:
                 dtype = dtype_of[s.arg]
                 neutral, kept = names(), names()
                 body += [Const(neutral, _neutral(s.op, dtype), dtype),

@@ -113,9 +113,9 @@ class FusionPass:
         verdict = check_fusion(group, node, self.nodes, self._unit)
         if not verdict.legal:
             return verdict.reason, None
-        if verdict.merged.full_vars is not None and group.full_vars is None:
-            # a pointwise node over the reduction's space in another order: its per-element stores would
-            # stop a target that splits long reductions from splitting this one
+        if verdict.merged.full_vars is not None:
+            # per-element work over the reduction's space: a target that splits long reductions can still
+            # split a phase that stores and reduces, not one that only stores (column_split.splittable)
             lost = self.choices.split_would_be_lost(verdict.kernel, self.lowered.size_hints)
             if lost is not None:
                 return lost, None

@@ -137,6 +137,12 @@ def _recombine_again(e):
     return _recombine(e) if e.is_Add else e
 
 
+def recombine(expr) -> sympy.Expr:
+    """`expr` with its (quotient, remainder) pairs of one position merged back (`_recombine`), no ranges
+    needed: a substitution that cut a position into dims laid out row-major again (column_split)."""
+    return _recombine_again(sympy.sympify(expr))
+
+
 _SIMPLIFIED: dict = {}    # (expr, ranges) -> simplified; fusion probes rebuild the same kernels' indices
 _SIMPLIFIED_MAX = 50_000
 

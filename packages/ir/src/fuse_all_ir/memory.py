@@ -174,7 +174,8 @@ def kernel_after_allocs(steps, position: int):
 
 def _in_place_donor(program: Program, position: int, specs: dict[str, TensorSpec], may_donate, own: set[str],
                     as_output: bool) -> str | None:
-    """An input of the kernel this Alloc is for that dies with the kernel (freed right after it), has
+    """An input of the kernel this Alloc is for that dies with the kernel (freed right after it, or after
+    kernels that do not read it), has
     exactly `spec`'s layout and is read only where the output is written (`in_place.refusal`); the
     kernel is rewritten to read it through the output."""
     steps, buffer = program.steps, program.steps[position].buffer
@@ -185,11 +186,16 @@ def _in_place_donor(program: Program, position: int, specs: dict[str, TensorSpec
     kernel = program.kernels[steps[call].kernel]
     if buffer not in kernel.outputs:
         return None
-    dying = set()
+    dying, read_later = set(), set()
     for later in steps[call + 1:]:
+        # a split reduction's final kernel runs between its partial kernel and the frees (column_split)
+        if isinstance(later, KernelCall):
+            read_later.update(program.kernels[later.kernel].inputs)
+            continue
         if not isinstance(later, Free):
             break
         dying.add(later.buffer)
+    dying -= read_later
     for donor in kernel.inputs:
         donor_spec = specs.get(donor)
         if (donor not in dying or donor in kernel.outputs or not may_donate(donor)
