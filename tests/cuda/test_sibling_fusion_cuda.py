@@ -1,7 +1,8 @@
 """Fusion coverage compiled for the GPU (marker `cuda`): BatchNorm backward NCHW (one kernel) and
 channels-last where the split reductions apply (the backward's two sums one reduction kernel, split into
 partial + final kernels together); LayerNorm backward's weight and bias column sums as siblings; a
-pointwise sibling kept out of a split reduction (its reason in the report). Values and gradients against
+pointwise sibling stored from a split reduction's partial kernel, a softmax kept apart from a split sum (its
+reason in the report). Values and gradients against
 float64 relative to eager's own error. Run: python -m pytest -m cuda tests/cuda/test_sibling_fusion_cuda.py"""
 from __future__ import annotations
 
@@ -52,14 +53,29 @@ def test_layernorm_backward_weight_and_bias_sums():
     assert any("per point of (768)" in n and "both read" in n for n in _sibling_notes())
 
 
-def test_pointwise_sibling_stays_out_of_a_split_reduction():
-    # 16 rows of 131072: the row sums split over programs (choose_row_splits); exp over the same space
+def test_pointwise_sibling_joins_a_split_reduction():
+    # 16 rows of 131072: the row sums split over programs (choose_row_splits); exp over the same space joins
+    # them, stored from the split's partial kernel (each element in exactly one chunk)
     compiled = torch.compile(lambda x: (x.exp(), x.sum(1)), backend="fuse_all")
     x = ot.make((16, 131072)).cuda()
     e, s = compiled(x)
     torch.testing.assert_close(e, x.exp())
     ot.assert_near_float64(s, x.sum(1), x.double().sum(1), "sum", atol=1e-4)
     (graph,) = _graphs()
+    assert not graph.report.siblings_kept_apart
+    (partial,) = [k for k in graph.kernels if "_part" in k.name]
+    assert len(graph.kernels) == 2 and any(not out.startswith(partial.name) for out in partial.outputs)
+
+
+def test_softmax_stays_whole_beside_a_split_reduction():
+    # a phase that only stores (softmax's normalisation) has nothing to combine: the softmax kernel is not
+    # split and the row sums it does not share stay their own split kernel
+    compiled = torch.compile(lambda x: (torch.softmax(x, 1), (x * 2).sum(1)), backend="fuse_all")
+    x = ot.make((16, 131072)).cuda()
+    p, s = compiled(x)
+    torch.testing.assert_close(p, torch.softmax(x, 1))
+    ot.assert_near_float64(s, (x * 2).sum(1), (x.double() * 2).sum(1), "sum", atol=1e-4)
+    (graph,) = _graphs()
     reasons = [r["reason"] for r in graph.report.siblings_kept_apart]
     assert any(r.startswith("the reduction is split over the GPU") for r in reasons), reasons
-    assert any("_part" in k.name for k in graph.kernels)
+    assert sorted(k.name for k in graph.kernels) == ["kernel_0", "kernel_1", "kernel_1_part0"]

@@ -181,6 +181,17 @@ def test_per_element_stores_are_not_split(monkeypatch):
     assert names and _split_count(names) == 0
 
 
+@pytest.mark.triton
+def test_a_forced_split_never_cuts_chunks_of_one_row(monkeypatch):
+    """FUSE_ALL_COLUMN_SPLITS=3 on reductions of 2 and 4 elements (fuzz seed 161, forced splits): chunks
+    of one row would leave a length-1 "reduction" rendered as pointwise (a host program naming `rmask`,
+    a clean fallback). The 2-row products stay whole, the 4-row mean is split in chunks of 2."""
+    monkeypatch.setenv(FORCE_ENV, "3")
+    fn = lambda a, b: ((torch.clamp(a + 2 * b, -1, 1) * 0.5 + 1).prod(-1).mean(),)   # noqa: E731
+    names = _kernel_names(fn, (make((4, 2)), make((4, 1))))
+    assert _split_count(names) == 1
+
+
 def test_cpp_is_not_split(monkeypatch):
     monkeypatch.setenv(FORCE_ENV, "4")
     # a sum of 300 terms: the C++ order differs from eager's by ~1e-5 (tolerance for the order, not the split)

@@ -381,7 +381,9 @@ def split_reductions(program: Program, target_programs: int = GPU_TARGET_PROGRAM
         columns = _hint(sympy.Mul(*kernel.outer), program.size_hints)
         rows = _hint(sympy.Mul(*kernel.reduction), program.size_hints)
         if forced:
-            splits = int(forced)
+            # a forced split of a short reduction into chunks of one row would leave a "reduction" of
+            # length 1, which codegens render as pointwise (the choices never cut below MIN_ROWS_PER_SPLIT)
+            splits = int(forced) if -(-rows // int(forced)) >= 2 else 1
         elif kernel.tiling is not None and kernel.tiling.kind == "column":
             splits = choose_column_splits(columns, rows, target_programs)
         else:
