@@ -32,7 +32,9 @@ import measure  # noqa: E402
 import workloads  # noqa: E402
 
 _KINDS = (
-    ("generated", re.compile(r"^triton_|^fa_|^kernel_|cpp_fused", re.I)),
+    # fuse-all's tensor-core product (`tf32x3_matmul`) is its own Triton kernel: generated, not a library
+    # kernel both backends share (those anchor `--regions`)
+    ("generated", re.compile(r"^triton_|^fa_|^kernel_|cpp_fused|^tf32x3_", re.I)),
     ("convolution", re.compile(r"conv|cudnn|implicit|fprop|dgrad|wgrad|winograd|nchwToNhwc|nhwcToNchw", re.I)),
     ("matmul", re.compile(r"gemm|cutlass|cublas|sm\d+_xmma|ampere_|hopper_|nvjet", re.I)),
 )

@@ -65,3 +65,12 @@ def test_rows_name_the_config_their_launcher_chose_and_the_candidates_times(prof
     assert rows[0]["tuning"] == "chosen 64/64/4 (XBLOCK/RBLOCK/warps); candidates 32/64/8 60.0 us, 64/64/4 31.0 us"
     assert rows[1]["tuning"] == "chosen 32/64/8 (XBLOCK/RBLOCK/warps)"
     assert "tuning" not in rows[2] and len(alive) == 2
+
+
+def test_kernel_kinds(profile_kernels):
+    kind = profile_kernels.kind_of
+    assert kind("kernel_3_part0") == kind("triton_red_fused_sum_0") == kind("tf32x3_matmul") == "generated"
+    assert kind("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32") == "matmul"
+    assert kind("sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc") == "convolution"
+    assert kind("void at::native::vectorized_elementwise_kernel<4, FillFunctor>") == "other ATen"
+    assert not profile_kernels.is_library_kernel("tf32x3_matmul")
