@@ -145,9 +145,9 @@ class FusionChoices:
 
     def split_would_be_lost(self, kernel, size_hints: dict) -> str | None:
         """Where the target splits long reductions over programs (`split_reductions`, column_split.py), the
-        reason to keep a fusion apart that leaves `kernel` unsplittable (per-element stores in a reduction
-        phase: a pointwise node over the reduction's full space) when its reduction would be split (or
-        splits are forced, FUSE_ALL_COLUMN_SPLITS); else None."""
+        reason to keep a fusion apart that leaves `kernel` unsplittable (a reduction phase that only stores
+        per-element values, as a softmax's last; `column_split.splittable`) when its reduction would be
+        split (or splits are forced, FUSE_ALL_COLUMN_SPLITS); else None."""
         if not self.split_reductions or not kernel.reduction:
             return None
         from .column_split import FORCE_ENV, choose_column_splits, choose_row_splits, splittable

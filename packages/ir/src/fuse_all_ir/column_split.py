@@ -131,6 +131,8 @@ def splittable(kernel: Kernel) -> str | None:
             if isinstance(s, Reduce) and s.op not in SPLITTABLE_OPS:
                 return f"{s.op} has no partial form here"
             used = set(getattr(s, "args", ())) | {getattr(s, "arg", None), getattr(s, "mask", None)}
+            if isinstance(s, Store):   # a stored value is a use too (partial kernels store per chunk)
+                used |= {s.value, s.offset}
             if used & reduced:
                 return "a Reduce result is used inside its own phase"
     return None
@@ -260,7 +262,7 @@ def split_kernel(kernel: Kernel, splits: int, device: str):
             masked = isinstance(s, (Load, Store)) or (isinstance(s, Reduce) and is_welford(s.op))
             if masked and valid is not None:
                 s = dataclasses.replace(s, mask=within_rows(s.mask))
-            elif isinstance(s, Reduce) and not is_welford(s.op) and valid is not None:
+            elif isinstance(s, Reduce) and valid is not None:   # not Welford: masked above
                 dtype = dtype_of[s.arg]
                 neutral, kept = names(), names()
                 body += [Const(neutral, _neutral(s.op, dtype), dtype),

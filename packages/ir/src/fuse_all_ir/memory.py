@@ -175,9 +175,8 @@ def kernel_after_allocs(steps, position: int):
 def _in_place_donor(program: Program, position: int, specs: dict[str, TensorSpec], may_donate, own: set[str],
                     as_output: bool) -> str | None:
     """An input of the kernel this Alloc is for that dies with the kernel (freed right after it, or after
-    kernels that do not read it), has
-    exactly `spec`'s layout and is read only where the output is written (`in_place.refusal`); the
-    kernel is rewritten to read it through the output."""
+    kernels that do not read it), has exactly `spec`'s layout and is read only where the output is written
+    (`in_place.refusal`); the kernel is rewritten to read it through the output."""
     steps, buffer = program.steps, program.steps[position].buffer
     spec = program.buffers[buffer]
     call = kernel_after_allocs(steps, position)
