@@ -7,6 +7,8 @@ per weight is what is measured; and the switch that keeps the old path.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -53,6 +55,11 @@ def test_bottleneck_blocks_fold(channels_last, stride):
     assert "aten.cudnn_convolution_add_relu.default" in calls
     # blocks under MIN_OUTPUT (2M elements) keep their generated kernel: the strided 3x3's 1.6M
     assert len(calls) == (3 if stride == 1 else 2)
+    # called through torch's Python bindings (host.BOUND_FUNCTIONS), not the slower OpOverloads
+    source = Path(fuse_all.compiled_graphs()[-1].output_code).read_text()
+    assert "= torch._C._VariableFunctions.cudnn_convolution_relu   #" in source
+    assert "= torch._C._VariableFunctions.cudnn_convolution_add_relu   #" in source
+    assert "torch.ops.aten.cudnn_convolution" not in source
 
 
 def test_the_switch_keeps_the_generated_epilogue(monkeypatch):

@@ -380,6 +380,10 @@ BOUND_FUNCTIONS = {
     "aten.mm.default": ("mm", 2, frozenset()),
     "aten.bmm.default": ("bmm", 2, frozenset()),
     "aten.baddbmm.default": ("baddbmm", 3, frozenset({"beta", "alpha"})),
+    # the conv epilogue's calls (`conv_epilogue.py`): on the H200 host ~30 -> ~20 us per call
+    # (bench/gpu_conv_host_probe.py), 44 calls in ResNet-50's inference graph at batch 64
+    "aten.cudnn_convolution_relu.default": ("cudnn_convolution_relu", 7, frozenset()),
+    "aten.cudnn_convolution_add_relu.default": ("cudnn_convolution_add_relu", 9, frozenset()),
 }
 
 
