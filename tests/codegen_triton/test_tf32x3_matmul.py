@@ -115,3 +115,44 @@ def test_random_shapes_and_layouts(matmul, seed):
     if not batch and seed % 2:
         bias = torch.randn(((m, n), (n,), (1, n), (m, 1))[seed % 4], generator=gen)
     _check(matmul, a, b, bias)
+
+
+class _StubKernel:
+    """What `_FastLaunch` takes from Triton's compiled kernel; `run` records its launches."""
+    def __init__(self):
+        self.function, self.packed_metadata, self.launches = "function", "metadata", []
+
+    def run(self, *args):
+        self.launches.append(args)
+
+
+def test_fast_launch_passes_what_triton_jit_passes(matmul, monkeypatch):
+    """The launch a signature repeats without Triton's argument binding (the op's host cost on a GPU:
+    `matmul._FastLaunch`): grid, stream, the compiled kernel's handles, no hooks, then every kernel parameter
+    in order (pointers as ints, the bias slot given the output when there is no bias: as `run_kernel`
+    launches it); an operand off 16-byte alignment (the kernel was specialised on aligned pointers) is
+    refused, for the general launch to take."""
+    monkeypatch.setattr(matmul.compat, "interpret_mode", lambda: False)
+    monkeypatch.setattr(matmul.compat, "stream_getter", lambda: lambda index: 77)
+    kernel = _StubKernel()
+    a, b = torch.randn(70, 40), torch.randn(50, 40).t()
+    sizes, constants = (70, 50, 40, 2800, 40, 1, 2000, 1, 40, 0, 0, 3500, 50), (False, "tf32x3", 64, 64, 32, 8)
+    fast = matmul._FastLaunch.of([kernel, (2, 1), (70, 50), sizes, constants], a, b, None, 1)
+    out = fast(a, b, None)
+    assert out.shape == (70, 50) and out.dtype == torch.float32 and len(kernel.launches) == 1
+    assert kernel.launches[0] == (2, 1, 1, 77, "function", "metadata", None, None, None, a.data_ptr(), b.data_ptr(),
+                                  out.data_ptr(), out.data_ptr(), *sizes, *constants)
+    bias = torch.randn(50)
+    fast(a, b, bias)
+    assert kernel.launches[1][9:13] == (a.data_ptr(), b.data_ptr(), bias.data_ptr(), kernel.launches[1][12])
+    unaligned = torch.randn(70 * 40 + 1)[1:].view(70, 40)
+    assert fast(unaligned, b, None) is None and len(kernel.launches) == 2
+    assert matmul._FastLaunch.of([kernel, (2, 1), (70, 50), sizes, constants], unaligned, b, None, 1) is None
+    monkeypatch.setattr(matmul.compat, "launch_hooks", lambda: (print, None))   # a profiler's hook is kept
+    assert matmul._FastLaunch.of([kernel, (2, 1), (70, 50), sizes, constants], a, b, None, 1) is None
+
+
+def test_interpreted_launches_keep_the_general_path(matmul):
+    matmul._fast.clear()
+    _check(matmul, torch.randn(70, 40), torch.randn(50, 40).t())
+    assert matmul._fast == {}

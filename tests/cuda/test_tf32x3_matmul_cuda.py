@@ -25,6 +25,7 @@ OP_NAME = "fuse_all_triton.matmul.default"
 def matmul():
     from fuse_all_codegen_triton import matmul
     matmul._plans.clear()
+    matmul._fast.clear()
     return matmul
 
 
@@ -79,6 +80,32 @@ def test_choice_is_benchmarked_once_and_remembered(matmul):
     finally:
         autotune.benchmark = original
     assert calls == [] and matmul._plans[signature] == choice
+
+
+@pytest.mark.parametrize("case", ["plain", "bias", "batched"])
+def test_a_known_signature_launches_directly(matmul, monkeypatch, case):
+    """From a signature's second call the op launches Triton's compiled kernel itself (`_FastLaunch`: no
+    argument binding): the same kernel, so the same bits as the general launch; an unaligned operand of the
+    same signature takes the general launch again."""
+    if case == "batched":
+        a, b, bias = torch.randn(12, 256, 64, device=DEVICE), torch.randn(12, 128, 64, device=DEVICE).transpose(1, 2), None
+    else:
+        a, b = torch.randn(1000, 768, device=DEVICE), torch.randn(1030, 768, device=DEVICE).t()
+        bias = torch.randn(1030, device=DEVICE) if case == "bias" else None
+    signature = matmul._signature(a, b, bias)
+    for config in range(len(matmul.CONFIGS)):
+        matmul._plans[signature] = config          # the choice, forced: each config's launch
+        expected = matmul._launch(a, b, bias, config)
+        first = matmul.OP(a, b, bias)
+        assert matmul._fast[signature].choice == config
+        general = matmul.run_kernel
+        monkeypatch.setattr(matmul, "run_kernel", lambda *args, **kwargs: pytest.fail("general launch"))
+        second = matmul.OP(a, b, bias)
+        monkeypatch.setattr(matmul, "run_kernel", general)
+        assert torch.equal(first, expected) and torch.equal(second, expected)
+        a_off = torch.empty(a.numel() + 1, device=DEVICE)[1:].view(a.shape).copy_(a)   # 4 bytes off
+        assert matmul._signature(a_off, b, bias) == signature
+        torch.testing.assert_close(matmul.OP(a_off, b, bias), expected, rtol=1e-5, atol=1e-4)
 
 
 def test_an_unseen_signature_under_capture_takes_cublas(matmul):
