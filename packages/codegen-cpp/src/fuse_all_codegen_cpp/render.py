@@ -47,11 +47,12 @@ from .welford_tiles import WelfordTiles, native_welford_ok
 
 PARALLEL_MIN_WORK = 32768      # below this many element-steps a kernel runs on the calling thread
 # Float sums accumulate per block of this many elements (each vector lane SUM_BLOCK / 16 of them in a row
-# with AVX-512), then the block sums pairwise: a 1e8-element sum stays within eager's cascade-sum error.
-# Each block ends in a horizontal add of the lanes: 1e6-element in-cache sum, 1 thread: 32.7 us before,
-# 36.3 us with 4096-element blocks, 33.7 with 8192, 32.9 with 16384 (same errors as 4096 on the programs
-# of scripts/reduction_precision.py).
-SUM_BLOCK = 16384
+# with AVX-512), then the block sums pairwise. Lanes' chains of 1024 (blocks of 16384) erred 4-10x eager's
+# cascade sum on long sums that cancel (849509 values in [-2, 2]: median of 12 inputs 2.5x, fuzz seed 164
+# index 111); chains of 128 are at 1.3x (64: 0.9x). Each block ends in a horizontal add of the lanes, which
+# no longer shows at 2048: 1 thread, 1e6-element sum 75 vs 76 us, 64 rows of 65536 352 vs 406 us, softmax
+# 4096x4096 1.005x, sum over dim 0 of 4096x4096 0.98x (in-process A/B against 16384).
+SUM_BLOCK = 2048
 # A reduction whose innermost dim is shorter than the vector lanes runs one accumulator through the block:
 # its blocks are SUM_BLOCK / 16 elements, so no chain of additions is longer than with lanes (a block of
 # 16384 in 5461 rows of 3 was one chain of 16384 adds: 1600 ulps on a float64 var, 100x eager's float32

@@ -42,11 +42,23 @@ def reduce(g, x: Value, dim, op_name: str, keepdim=False, result: str | None = N
     if reduction_info(op_name).empty_is_identity and any(x.size[d] == 0 for d in dims):
         return _empty_reduction(x, dims, op_name, keepdim, result)
     if op_name == "sum" and is_float(acc):
-        fixed = _invariant_dims(src, dims)
+        summand = _as(_computed(g, x), acc)
+        fixed = _invariant_dims(summand, dims)
         if fixed:
-            return _as(_sum_of_invariant(g, src, dims, fixed, keepdim), result)
+            return _as(_sum_of_invariant(g, summand, dims, fixed, keepdim), result)
     reduced = g.reduction(src, dims, op_name, acc, keepdim)
     return _as(reduced, result)
+
+
+def _computed(g, x: Value) -> Value:
+    """`x` as computed, where it is a whole pointwise buffer (a value also returned or used elsewhere is
+    stored first): the broadcast-sum rule looks through the store. Recomputing the summand at the points
+    the rule reads costs no more than loading it there (fuzz seed 164 index 949: `v = a.sin() * 2 + a` of
+    an input expanded along every dim, returned and summed, was summed element by element)."""
+    node = getattr(g, "nodes", {}).get(g.whole_buffer(x)) if hasattr(g, "whole_buffer") else None
+    if node is None or node.kind != "pointwise" or node.scatter is not None or not callable(node.body):
+        return x
+    return Value(x.size, x.dtype, node.body, origin=x.origin)
 
 
 def _invariant_dims(x: Value, dims) -> list:
