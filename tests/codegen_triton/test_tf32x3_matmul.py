@@ -137,7 +137,7 @@ def test_fast_launch_passes_what_triton_jit_passes(matmul, monkeypatch):
     kernel = _StubKernel()
     a, b = torch.randn(70, 40), torch.randn(50, 40).t()
     sizes, constants = (70, 50, 40, 2800, 40, 1, 2000, 1, 40, 0, 0, 3500, 50), (False, "tf32x3", 64, 64, 32, 8)
-    fast = matmul._FastLaunch.of([kernel, (2, 1), (70, 50), sizes, constants], a, b, None, 1)
+    fast = matmul._FastLaunch.of([kernel, (2, 1), (70, 50), sizes, constants], a, b, None)
     out = fast(a, b, None)
     assert out.shape == (70, 50) and out.dtype == torch.float32 and len(kernel.launches) == 1
     assert kernel.launches[0] == (2, 1, 1, 77, "function", "metadata", None, None, None, a.data_ptr(), b.data_ptr(),
@@ -147,9 +147,9 @@ def test_fast_launch_passes_what_triton_jit_passes(matmul, monkeypatch):
     assert kernel.launches[1][9:13] == (a.data_ptr(), b.data_ptr(), bias.data_ptr(), kernel.launches[1][12])
     unaligned = torch.randn(70 * 40 + 1)[1:].view(70, 40)
     assert fast(unaligned, b, None) is None and len(kernel.launches) == 2
-    assert matmul._FastLaunch.of([kernel, (2, 1), (70, 50), sizes, constants], unaligned, b, None, 1) is None
+    assert matmul._FastLaunch.of([kernel, (2, 1), (70, 50), sizes, constants], unaligned, b, None) is None
     monkeypatch.setattr(matmul.compat, "launch_hooks", lambda: (print, None))   # a profiler's hook is kept
-    assert matmul._FastLaunch.of([kernel, (2, 1), (70, 50), sizes, constants], a, b, None, 1) is None
+    assert matmul._FastLaunch.of([kernel, (2, 1), (70, 50), sizes, constants], a, b, None) is None
 
 
 def test_interpreted_launches_keep_the_general_path(matmul):

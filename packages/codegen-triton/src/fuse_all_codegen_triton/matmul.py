@@ -80,7 +80,7 @@ CUBLAS = -1
 MAX_SIGNATURES = 4096     # plans kept in memory (dynamic shapes could bring new ones without end)
 _SOURCE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 _plans: dict[tuple, int] = {}
-_fast: dict[tuple, "_FastLaunch"] = {}   # signatures whose plan is a kernel config, launched directly
+_fast: dict[tuple, "_FastLaunch"] = {}   # (signature, kernel config) of plans launched directly
 
 
 def _aten(a, b, bias):
@@ -125,10 +125,10 @@ class _FastLaunch:
     (`_triton_compat`'s contract), with the grid and the integer arguments fixed by the signature (shapes
     and strides). Pointers must be 16-byte aligned, as they were when the kernel was specialised; a call
     with an unaligned operand returns None and takes the general launch."""
-    __slots__ = ("choice", "runner", "function", "metadata", "grid", "out_shape", "device", "args", "get_stream")
+    __slots__ = ("runner", "function", "metadata", "grid", "out_shape", "device", "args", "get_stream")
 
     @classmethod
-    def of(cls, launched: list, a, b, bias, choice: int):
+    def of(cls, launched: list, a, b, bias):
         kernel, grid, out_shape, sizes, constants = launched
         if compat.interpret_mode() or not all(hasattr(kernel, n) for n in ("run", "function", "packed_metadata")):
             return None
@@ -138,7 +138,6 @@ class _FastLaunch:
         if any(p & 15 for p in pointers):
             return None
         fast = cls()
-        fast.choice = choice
         fast.runner, fast.function, fast.metadata = kernel.run, kernel.function, kernel.packed_metadata
         fast.grid, fast.out_shape, fast.device = grid, out_shape, a.device
         fast.args = (*sizes, *constants)
@@ -221,8 +220,8 @@ def matmul_cuda(a, b, bias=None):
     A signature seen before was checked then (`_check`): its plan, or its `_FastLaunch`, is all a call does."""
     signature = _signature(a, b, bias)
     choice = _plans.get(signature)
-    fast = _fast.get(signature) if choice is not None and choice != CUBLAS else None
-    if fast is not None and fast.choice == choice:
+    fast = _fast.get((signature, choice)) if choice is not None and choice != CUBLAS else None
+    if fast is not None:
         out = fast(a, b, bias)
         if out is not None:
             return out
@@ -238,10 +237,10 @@ def matmul_cuda(a, b, bias=None):
         return _aten(a, b, bias)
     launched: list = []
     out = run_kernel(a, b, bias, CONFIGS[choice], launched=launched)
-    if _plans.get(signature) == choice and (fast is None or fast.choice != choice):
-        made = _FastLaunch.of(launched, a, b, bias, choice)
+    if fast is None and _plans.get(signature) == choice:
+        made = _FastLaunch.of(launched, a, b, bias)
         if made is not None:
-            _fast[signature] = made
+            _fast[signature, choice] = made
     return out
 
 
