@@ -17,10 +17,55 @@ def snapshot(value: Any) -> list[torch.Tensor]:
     return [t.detach().clone() for t in tensors(value)]
 
 
-def compare(out: list[torch.Tensor], ref: list[torch.Tensor], tol: float, loss_only: bool = False) -> tuple[bool, str]:
+def compare(out: list[torch.Tensor], ref: list[torch.Tensor], tol: float, loss_only: bool = False,
+            float64: list[torch.Tensor] | None = None) -> tuple[bool, str]:
     """(ok, cell text). Elementwise |out - ref| <= atol + tol * |ref| with atol = tol * max(1, max |ref|): for
     values of order one this is allclose(rtol=atol=tol); for deep nets whose outputs reach hundreds it
-    measures the error against the tensor's scale, which is what float32 rounding grows with."""
+    measures the error against the tensor's scale, which is what float32 rounding grows with.
+    With `float64` (the step run in float64), a result outside `tol` of eager's is still ok when it is as
+    close to float64 as eager's float32 is (`as_close_to_float64`): a training step of a BatchNorm net
+    differs from eager by 2.5e-2 for every backend, aot_eager included (bench/RESULTS.md, session 10)."""
+    ok, text = _compare_to_eager(out, ref, tol, loss_only)
+    if ok or float64 is None or loss_only or not text.startswith("MISMATCH ("):
+        return ok, text
+    close, detail = as_close_to_float64(out, ref, float64)
+    return close, f"{'ok' if close else 'MISMATCH'} vs float64 ({detail}; vs eager {text[len('MISMATCH ('):]}"
+
+
+# a result is as close to float64 as eager when its relative L2 error is at most this multiple of eager's
+# (tests/models/fuse_all_model_testing.py judges compiled models by the same rule) plus FLOAT64_ATOL
+FLOAT64_MULTIPLIER = 4.0
+FLOAT64_ATOL = 1e-5
+
+
+def relative_l2(a: torch.Tensor, ref: torch.Tensor) -> float:
+    """||a - ref|| / ||ref||, with ||ref|| at least an RMS of 1e-6 per element (gradients that are zero in
+    exact arithmetic are rounding noise in practice)."""
+    ref = ref.double()
+    floor = 1e-6 * max(1, ref.numel()) ** 0.5
+    return float((a.double() - ref).norm()) / max(float(ref.norm()), floor)
+
+
+def as_close_to_float64(out: list[torch.Tensor], eager: list[torch.Tensor],
+                        float64: list[torch.Tensor]) -> tuple[bool, str]:
+    """Per floating tensor: error(out) <= FLOAT64_MULTIPLIER * max(error(eager), eager's error over all
+    tensors) + FLOAT64_ATOL, errors as relative L2 distances to `float64` (the pooled term: one tensor's
+    eager error is itself random and can be luckily small). (ok, "err <worst>, eager's <for that tensor>")."""
+    floats = [i for i, r in enumerate(float64) if r.is_floating_point()]
+    if len(out) != len(float64) or not floats:
+        return False, "outputs differ from the float64 run's"
+    pooled = relative_l2(torch.cat([eager[i].double().flatten() for i in floats]),
+                         torch.cat([float64[i].flatten() for i in floats]))
+    worst, worst_eager, ok = 0.0, 0.0, True
+    for i in floats:
+        c, e = relative_l2(out[i], float64[i]), relative_l2(eager[i], float64[i])
+        ok = ok and c <= FLOAT64_MULTIPLIER * max(e, pooled) + FLOAT64_ATOL
+        if c >= worst:
+            worst, worst_eager = c, e
+    return ok, f"err {worst:.1e}, eager's {worst_eager:.1e}"
+
+
+def _compare_to_eager(out, ref, tol, loss_only):
     if loss_only:
         out, ref = out[:1], ref[:1]
     if len(out) != len(ref):

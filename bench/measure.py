@@ -162,7 +162,7 @@ def measure_backend(b: Backend, inst: Instance, ref, device: str, name: str, arg
             cell["phases"] = compile_columns.first_call_phases(cell["first_s"], b.fuse_all)
             if b.fuse_all:
                 cell["fuse_all"] = fuse_all_summary()
-            ok, cell["check"] = compare(snapshot(out), ref, inst.tol, inst.loss_only)
+            ok, cell["check"] = compare(snapshot(out), ref.eager, inst.tol, inst.loss_only, ref.float64)
             cell["check_ok"] = ok
             del out
             if b.timed:
@@ -215,7 +215,15 @@ def interleaved_medians(steps: dict, cells: dict, device: str, args) -> None:
             cell["median_ms"] = sorted(values)[ROUNDS // 2]
 
 
-def measure_eager(inst: Instance, device: str, args) -> tuple[dict, list | None]:
+@dataclass
+class Reference:
+    """What a backend's first step is compared with: eager's (float32 convolutions), and where the workload
+    has one, the same step in float64 (`Instance.float64_step`; compare.py says when it is used)."""
+    eager: list
+    float64: list | None = None
+
+
+def measure_eager(inst: Instance, device: str, args) -> tuple[dict, Reference | None]:
     cell: dict = {}
     ref = None
     try:
@@ -224,11 +232,13 @@ def measure_eager(inst: Instance, device: str, args) -> tuple[dict, list | None]
             step = _iteration(inst, inst.target, False)
             with full_float32(device):
                 cell["first_s"], out = first_call(step, device)
-            ref = snapshot(out)
+            ref = Reference(snapshot(out))
             del out
             cell["median_ms"] = median_ms(step, device, args.quick)
             if inst.min_bytes:
                 cell["gbps"] = inst.min_bytes / (cell["median_ms"] * 1e-3) / 1e9
+            if inst.float64_step is not None:
+                ref.float64 = snapshot(inst.float64_step())
     except Exception as exc:  # noqa: BLE001
         cell["error"] = one_line(exc)
     return cell, ref

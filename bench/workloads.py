@@ -25,6 +25,9 @@ class Instance:
     tol: float = 1e-5                # see compare.py: atol = rtol = tol, atol scaled by the reference's size
     loss_only: bool = False          # dropout makes everything but the loss's rough value incomparable
     reset: Callable[[], None] = lambda: None   # back to the state of build() (BatchNorm running stats)
+    # the step once more in float64 (eager; the model returned to float32 after): what the check judges a
+    # result against when it differs from eager's float32 by more than `tol` (compare.py)
+    float64_step: Callable[[], Any] | None = None
 
 
 def _inference(target, inputs, **kw) -> Instance:
@@ -45,14 +48,34 @@ def _training(model: torch.nn.Module, target, inputs, loss_of_output=None, **kw)
             for b, value in zip(buffers, initial):
                 b.copy_(value)
 
-    def step(fn):
+    def step(fn, args=inputs):
         for p in params:
             p.grad = None
-        loss = fn(*inputs) if loss_of_output is None else loss_of_output(fn(*inputs))
+        loss = fn(*args) if loss_of_output is None else loss_of_output(fn(*args))
         loss.backward()
         # BatchNorm's running stats change every step; compare them too (cheap clones; tiny tensors)
         return [loss.detach()] + [p.grad for p in params] + [b.detach().clone() for b in buffers]
+
+    def float64_step():
+        floats = [t for t in params + buffers if t.is_floating_point()]
+        _retype(floats, torch.float64)      # in place (`.data`): Module.double() would replace the buffers
+        try:
+            reset()
+            return step(target, tuple(x.double() if x.is_floating_point() else x for x in inputs))
+        finally:
+            for p in params:
+                p.grad = None
+            _retype(floats, torch.float32)  # exact: every value came from float32
+            reset()
+    if not kw.get("loss_only"):        # with dropout only the loss's rough value compares
+        kw["float64_step"] = float64_step
     return Instance(target, inputs, step, reset=reset, **kw)
+
+
+def _retype(tensors: list, dtype: torch.dtype) -> None:
+    with torch.no_grad():
+        for t in tensors:
+            t.data = t.data.to(dtype)
 
 
 # ------------------------------------------------------------------------------------------ micro kernels
