@@ -35,7 +35,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--workloads", help="comma-separated names or sets (cpu, cpu_models, cpu_micro, cuda, tiling; "
                                        "default: the device's set); see workloads.py")
     p.add_argument("--backends", help="comma-separated subset of eager,aot_eager,inductor,inductor_ro,"
-                                      "cudagraphs,fuse_all,fuse_all_ro (default: all for the device)")
+                                      "cudagraphs,fuse_all,fuse_all_ro,fuse_all_ma (mode=max-autotune; "
+                                      "default: all for the device but fuse_all_ma)")
     p.add_argument("--quick", action="store_true", help="shorter timing loops (numbers are noisier)")
     p.add_argument("--no-interleave", action="store_true",
                    help="report each backend's median from right after its compile, instead of timing all of "

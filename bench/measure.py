@@ -35,6 +35,7 @@ class Backend:
     mode: str | None = None
     cuda_only: bool = False
     timed: bool = True       # aot_eager is only the capture floor: its first call is what counts
+    by_default: bool = True  # measured when --backends is not given
 
     @property
     def fuse_all(self) -> bool:
@@ -42,7 +43,7 @@ class Backend:
 
     @property
     def cudagraph_trees(self) -> bool:
-        return self.mode == "reduce-overhead"
+        return self.mode in ("reduce-overhead", "max-autotune")
 
 
 BACKENDS = [
@@ -53,13 +54,15 @@ BACKENDS = [
     Backend("cudagraphs", "cudagraphs", cuda_only=True),
     Backend("fuse_all", "fuse_all"),
     Backend("fuse_all_ro", "fuse_all", "reduce-overhead", cuda_only=True),
+    # the wider config space with CUDA graphs: its gain over fuse_all_ro is what autotuning leaves on the table
+    Backend("fuse_all_ma", "fuse_all", "max-autotune", cuda_only=True, by_default=False),
 ]
 CHILD_TAG = "@@BENCH_CHILD "
 COUNTED = ("inductor", "fuse_all")      # kernels and ATen calls per step (launches.py), default mode
 
 
 def backends_for(device: str, only: list[str] | None = None) -> list[Backend]:
-    chosen = [b for b in BACKENDS if device == "cuda" or not b.cuda_only]
+    chosen = [b for b in BACKENDS if (device == "cuda" or not b.cuda_only) and (b.by_default or only)]
     if only:
         unknown = set(only) - {b.key for b in BACKENDS}
         if unknown:
@@ -166,7 +169,7 @@ def measure_backend(b: Backend, inst: Instance, ref, device: str, name: str, arg
             cell["check_ok"] = ok
             del out
             if b.timed:
-                before = cudagraph_counts() if b.fuse_all and b.mode == "reduce-overhead" else None
+                before = cudagraph_counts() if b.fuse_all and b.cudagraph_trees else None
                 cell["median_ms"] = median_ms(step, device, args.quick)
                 if before is not None:   # what the timed steps did: replays, or calls without a graph
                     after = cudagraph_counts()

@@ -111,6 +111,7 @@ OPTION_HELP = {
                "`fuse-all doctor` lists the targets (built in: `cpp` for CPU, `triton` for CUDA/XPU)",
     "cudagraphs": "capture and replay CUDA graphs (on with `mode=\"reduce-overhead\"`)",
     "autotune": "benchmark Triton configs at the first launch (else heuristics)",
+    "max_autotune": "a wider space of Triton configs to benchmark (mode=\"max-autotune\" turns it on)",
     "fallback": "on a compile error run the graph in ATen with a warning (`False`: raise)",
     "debug": "write the debug folder for this compile",
     "progress": "`None`: `FUSE_ALL_PROGRESS` decides; `False`: no progress line; `True`: always",

@@ -17,6 +17,7 @@ class Options:
     codegen: str = "auto"          # "auto" (the registered target for the device type) | a target's name
     cudagraphs: bool = False       # capture and replay CUDA graphs (mode="reduce-overhead" turns it on)
     autotune: bool = True          # benchmark Triton configs on first launch (else heuristics)
+    max_autotune: bool = False     # a wider space of Triton configs (mode="max-autotune..." turns it on)
     fallback: bool = True          # on a compile error run the graph in ATen with a warning (False: raise)
     debug: bool = False            # write the debug folder (also FUSE_ALL_DEBUG=1 / TORCH_COMPILE_DEBUG=1)
     progress: bool | None = None   # progress line: None = FUSE_ALL_PROGRESS decides (auto: terminals only)
@@ -40,6 +41,8 @@ def parse(mode=None, options=None) -> Options:
     values = {}
     if mode == "reduce-overhead" or mode == "max-autotune":
         values["cudagraphs"] = True
+    if mode in ("max-autotune", "max-autotune-no-cudagraphs"):
+        values["max_autotune"] = True
     valid = {f.name: f for f in fields(Options)}
     if options is not None and not isinstance(options, Mapping):
         raise OptionError(f"fuse_all: options must be a dict such as {{'codegen': 'cpp'}}, got "

@@ -269,3 +269,24 @@ def test_a_row_major_operand_of_a_multi_dim_kernel_is_addressed_by_xindex():
     assert "tl.load(in_ptr1 + (x1), xmask)" in text
     assert "tl.load(in_ptr0 + (xindex + (512)), xmask)" in text
     assert "tl.load(in_ptr2 + (x0 + 6*x1), xmask)" in text
+
+
+def test_max_autotune_tries_smaller_programs_on_launch_bound_pointwise_kernels():
+    """mode="max-autotune": a mid-size pointwise kernel (ResNet-50 1x224's BatchNorm + ReLU, 200704 elements)
+    benchmarks the heuristic's pick against Inductor's two (1024 x 4 warps, 512 x 8) and smaller programs;
+    the pick comes first (what runs without autotuning). Tiny and dynamic kernels keep their one config."""
+    from fuse_all_codegen_triton import configs
+    wide = configs.pointwise_configs(200704, max_autotune=True)
+    assert wide[0] == configs.pointwise_configs(200704)[0] and len(wide) >= 4
+    assert {"XBLOCK": 512, "num_warps": 8, "num_stages": 1} in wide
+    assert all(c["XBLOCK"] < 200704 for c in wide[1:]) and len({str(c) for c in wide}) == len(wide)
+    assert configs.pointwise_configs(300, max_autotune=True) == configs.pointwise_configs(300)
+    assert len(configs.pointwise_configs(1 << 22, max_autotune=True)) > len(configs.pointwise_configs(1 << 22))
+
+
+def test_the_max_autotune_option_reaches_the_triton_target():
+    from fuse_all_codegen_triton.registration import TARGET
+    from fuse_all.options import parse
+    for mode, wide in ((None, False), ("max-autotune", True), ("max-autotune-no-cudagraphs", True)):
+        opts = parse(mode)
+        assert TARGET.create(opts, TARGET.choices(opts)).options.max_autotune is wide

@@ -146,3 +146,21 @@ def test_reduce_overhead_replays_cuda_graphs():
     assert graph.cudagraphs["decisions"] == [], graph.cudagraphs
     assert stats["plain_calls"] == 0, stats
 
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "max-autotune-no-cudagraphs"])
+def test_max_autotune_modes_match_eager(mode):
+    """The wider config space (mid-size pointwise kernels benchmark several programs sizes) computes what
+    eager does; "max-autotune" replays CUDA graphs as "reduce-overhead" does, the other mode does not."""
+    fuse_all.reset()
+    torch._dynamo.reset()
+    model = Block().to(DEVICE).eval()
+    compiled = torch.compile(model, backend="fuse_all", mode=mode)
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(32, 3, 40, 40, device=DEVICE)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+    no_fallback()
+    (graph,) = fuse_all.compiled_graphs()
+    replays = (graph.cudagraphs.get("stats") or {}).get("replays", 0)
+    assert (replays >= 3) if mode == "max-autotune" else (replays == 0), graph.cudagraphs

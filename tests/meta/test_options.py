@@ -37,6 +37,12 @@ def test_modes_set_cudagraphs():
     assert not parse(None).cudagraphs and not parse("max-autotune-no-cudagraphs").cudagraphs
 
 
+def test_max_autotune_modes_widen_the_config_space():
+    assert parse("max-autotune").max_autotune and parse("max-autotune-no-cudagraphs").max_autotune
+    assert not parse(None).max_autotune and not parse("reduce-overhead").max_autotune
+    assert parse(None, {"max_autotune": True}).max_autotune
+
+
 def test_reduce_overhead_on_cpu_runs_plainly_and_says_why():
     torch._dynamo.reset()
     fuse_all.reset()

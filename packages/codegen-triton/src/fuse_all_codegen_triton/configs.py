@@ -53,6 +53,10 @@ def pointwise_configs(xnumel: int, max_autotune: bool = False, dynamic: bool = F
     tensors)."""
     if xnumel <= 512 or (xnumel < BIG_POINTWISE and not max_autotune and not dynamic):
         return [small_pointwise_config(xnumel)]
+    if xnumel < BIG_POINTWISE and max_autotune and not dynamic:
+        # launch-bound sizes: the pick, Inductor's two (1024 x 4 warps, 512 x 8) and more, smaller programs
+        smaller = [_cfg(1024, None, 4), _cfg(512, None, 8), _cfg(512, None, 4), _cfg(256, None, 4), _cfg(256, None, 2)]
+        return _dedupe([small_pointwise_config(xnumel)] + [c for c in smaller if c["XBLOCK"] < xnumel])
     if xnumel < BIG_POINTWISE and not max_autotune:
         return [_cfg(1024, None, 4)]
     # Streaming kernels: 8-16 elements per thread keeps enough 16-byte loads in flight.

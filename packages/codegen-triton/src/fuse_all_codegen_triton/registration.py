@@ -14,7 +14,8 @@ def _choices(options):
 
 def _create(options, choices):
     from .target import TritonTarget
-    return TritonTarget(autotune=getattr(options, "autotune", True), choices=choices)
+    return TritonTarget(autotune=getattr(options, "autotune", True),
+                        max_autotune=getattr(options, "max_autotune", False), choices=choices)
 
 
 def _unsupported(device: str) -> str | None:
