@@ -156,3 +156,15 @@ def test_interpreted_launches_keep_the_general_path(matmul):
     matmul._fast.clear()
     _check(matmul, torch.randn(70, 40), torch.randn(50, 40).t())
     assert matmul._fast == {}
+
+
+def test_operands_are_made_k_major_only_where_strided(matmul):
+    """`_k_major`: the kernel's tensor cores read operands contiguous along K; a strided one is copied (same
+    values), a K-major one passed as it is (a forward product copies nothing)."""
+    a, w = torch.randn(70, 40), torch.randn(50, 40)
+    same_a, same_b = matmul._k_major(a, w.t())
+    assert same_a is a and same_b.data_ptr() == w.data_ptr()
+    for x, y in ((a.t().contiguous().t(), w.t().contiguous()), (torch.randn(3, 40, 70).transpose(1, 2), torch.randn(3, 40, 50))):
+        kx, ky = matmul._k_major(x, y)
+        assert kx.stride(-1) == 1 and ky.stride(-2) == 1
+        assert torch.equal(kx, x) and torch.equal(ky, y)

@@ -55,7 +55,7 @@ def test_large_products_route_and_compute_the_same():
 
 @pytest.mark.parametrize("case, why", [
     ("small", "multiply-adds"), ("skinny", "skinny"), ("half", "float32 only"), ("cpu", "CUDA"),
-    ("scaled", "beta or alpha"), ("int_bias", "bias"), ("strided", "contraction dim is strided"),
+    ("scaled", "beta or alpha"), ("int_bias", "bias"),
 ])
 def test_what_stays_aten(case, why):
     shapes, dtype, device = ((256, 256), (256, 256), (256,)), torch.float32, "cuda"
@@ -69,9 +69,6 @@ def test_what_stays_aten(case, why):
     elif case == "scaled":
         shapes = ((1024, 1024), (1024, 1024), (1024,))
         fn = lambda x, w, b: aten.addmm(b, x, w, beta=0.5)   # noqa: E731
-    elif case == "strided":   # dX = dY @ W: W's contraction dim (its rows) is strided
-        shapes = ((1024, 1024), (1024, 1024))
-        fn = lambda x, w: aten.mm(x, w)   # noqa: E731
     elif case == "int_bias":
         shapes = ((1024, 1024), (1024, 1024))
         fn = lambda x, w: aten.addmm(torch.ones(1024, dtype=torch.int64, device=x.device), x, w)  # noqa: E731
@@ -106,3 +103,14 @@ def test_the_triton_choice_is_off_without_a_cuda_gpu(monkeypatch):
     assert TritonChoices().fp32_matmul("cpu") is None
     monkeypatch.setenv("FUSE_ALL_TF32X3_MATMUL", "0")
     assert TritonChoices().tf32x3_matmul is False
+
+
+@pytest.mark.parametrize("case", ["dX", "dW"])
+def test_a_strided_contraction_routes_and_the_op_copies_it(case):
+    """The backward's products: dX = dY @ W (W's contraction dim, its rows, strided) and dW = dY.t() @ X
+    (both strided). The op reads K-major copies and benchmarks them, copy included, against cuBLAS."""
+    fn = (lambda dy, w: aten.mm(dy, w)) if case == "dX" else (lambda dy, x: aten.mm(aten.t(dy), x))  # noqa: E731
+    gm = _trace(fn, (1024, 768), (768, 3072) if case == "dX" else (1024, 3072), device="cuda")
+    product = next(n for n in gm.graph.nodes if n.target in matmul_route.PRODUCTS)
+    assert refusal(product) is None
+    assert route_matmuls(gm, stand_in) == 1

@@ -5,7 +5,8 @@ in cuBLAS's SGEMM, on the FMA units. A TF32 tensor-core product keeps 10 mantiss
 them per multiply (``input_precision="tf32x3"``: a = hi + lo, a*b ~ hi*hi + hi*lo + lo*hi) recover float32's
 precision at several times the FMA units' rate. On the H200 (bench/gpu_tf32x3_gemm_probe.py) BERT's 4096-row
 products take 0.55-0.72x cuBLAS's time, with an RMS error against float64 0.3-0.9x cuBLAS's own; the
-backward's products (an operand whose contraction dim is strided) and small products are often slower.
+backward's products (an operand whose contraction dim is strided: the kernel reads a K-major copy of it) and
+small products are often slower.
 
 So the op chooses per call signature (shapes, strides, device) by benchmarking its candidates, cuBLAS
 among them, on the first call, and remembers the winner in memory and in the autotune cache on disk
@@ -166,10 +167,16 @@ def _kernel_takes(a, b, bias) -> bool:
     return extent < 2 ** 31 and a.numel() // a.shape[-1] * b.shape[-1] < 2 ** 31
 
 
-def _fits(a, b, bias) -> bool:
-    """Where the kernel can win: both operands contiguous along K as well (Hopper's TF32 tensor cores read
-    K-major operands only; others are transposed on the way and lost to cuBLAS in all probe rows but one)."""
-    return a.stride(-1) == 1 and b.stride(-2) == 1 and _kernel_takes(a, b, bias)
+def _k_major(a, b):
+    """The operands contiguous along K, copied where they are not: Hopper's TF32 tensor cores read K-major
+    operands only, and the kernel transposing a strided one on the way lost to cuBLAS in all probe rows but
+    one; with the copy first (included in the op's benchmark) BERT's backward 768 x 3072 products ran in
+    0.79-0.98x cuBLAS's time (bench/RESULTS.md, session 14's probe; its 768 x 768 ones lost: cuBLAS stays)."""
+    if a.stride(-1) != 1:
+        a = a.contiguous()
+    if b.stride(-2) != 1:
+        b = b.transpose(-1, -2).contiguous().transpose(-1, -2)
+    return a, b
 
 
 def _signature(a, b, bias) -> tuple:
@@ -186,7 +193,7 @@ def _tuning_key(signature: tuple) -> str:
 
 
 def _choose(a, b, bias, signature) -> int:
-    if not _fits(a, b, bias):
+    if not _kernel_takes(a, b, bias):
         return CUBLAS
     if torch.cuda.is_current_stream_capturing():
         return CUBLAS     # benchmarking synchronises; a capture must not (and this choice is not stored)
@@ -197,7 +204,7 @@ def _choose(a, b, bias, signature) -> int:
     compat.secure_cache_dir()     # Triton's own launcher compiles into (and loads from) its cache
     launchers = [lambda: _aten(a, b, bias)]
     for config in range(len(CONFIGS)):
-        launchers.append(lambda config=config: _launch(a, b, bias, config))
+        launchers.append(lambda config=config: _launch(*_k_major(a, b), bias, config))
     times = []
     with torch.cuda.device(a.device):
         for launch in launchers:
@@ -222,7 +229,7 @@ def matmul_cuda(a, b, bias=None):
     choice = _plans.get(signature)
     fast = _fast.get((signature, choice)) if choice is not None and choice != CUBLAS else None
     if fast is not None:
-        out = fast(a, b, bias)
+        out = fast(*_k_major(a, b), bias)
         if out is not None:
             return out
     if choice is None:
@@ -235,6 +242,7 @@ def matmul_cuda(a, b, bias=None):
             _plans[signature] = choice
     if choice == CUBLAS:
         return _aten(a, b, bias)
+    a, b = _k_major(a, b)      # what the kernel was benchmarked on (no copy for a forward product)
     launched: list = []
     out = run_kernel(a, b, bias, CONFIGS[choice], launched=launched)
     if fast is None and _plans.get(signature) == choice:

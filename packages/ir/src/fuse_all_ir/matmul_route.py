@@ -4,10 +4,9 @@ The Triton target's op (`fuse_all_codegen_triton.matmul`) multiplies float32 on 
 products per multiply, which on the H200 beats cuBLAS's float32 SGEMM on BERT's forward products at an
 error no larger than cuBLAS's; it benchmarks itself against cuBLAS per call signature on the first call and
 keeps whichever is faster. The IR only decides where the op may be used: float32 products with at least
-`MIN_MULTIPLY_ADDS` (below that cuBLAS wins and the op's dispatch costs host time) whose operands are both
-contiguous along the contraction dim (x @ w.t(), as every forward linear layer; the backward's dX = dY @ W and
-dW = dY.t() @ X lost to cuBLAS by 1.15-1.6x in the probe, as Hopper's TF32 tensor cores take K-major operands
-only, and benchmarking them cost seconds of first call for nothing), `addmm` only with beta = alpha = 1.
+`MIN_MULTIPLY_ADDS` (below that cuBLAS wins and the op's dispatch costs host time), in any layout (the op
+copies an operand strided along the contraction dim, as the backward's dX = dY @ W and dW = dY.t() @ X have
+them, K-major first, and its benchmark counts the copy), `addmm` only with beta = alpha = 1.
 The op is an ATen-like call in the program (an ExternCall), as the product it replaces was.
 """
 from __future__ import annotations
@@ -67,8 +66,6 @@ def refusal(node: torch.fx.Node) -> str | None:
         return "operands not on a CUDA device"
     if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dtype != torch.float32 or bias.dim() > 2):
         return "addmm's bias is not a float32 tensor of at most 2 dims"
-    if a.stride(-1) != 1 or b.stride(-2) != 1:
-        return "an operand's contraction dim is strided (the tensor-core kernel transposes it: cuBLAS is faster)"
     rows, columns = _size(a.shape[-2]), _size(b.shape[-1])
     if any(d is not None and d <= SKINNY for d in (rows, columns)):
         return f"a skinny product ({a.shape[-2]} x {b.shape[-1]}; <= {SKINNY} rows or columns)"
