@@ -188,10 +188,10 @@ def _errors(results, want):
     return [((g.double() - w).abs().max() / w.abs().max()).item() for g, w in zip(results, want)]
 
 
-def _assert_sums_as_accurate_as_eager(fn, inputs, codegen, dynamic=False):
+def _assert_sums_as_accurate_as_eager(fn, inputs, codegen, dynamic=False, floor=1e-7):
     want = fn(*[x.double() for x in inputs])
     got, eager = _errors(compile_fn(fn, codegen, dynamic=dynamic)(*inputs), want), _errors(fn(*inputs), want)
-    assert all(g <= max(5 * e, 1e-7) for g, e in zip(got, eager)), (got, eager)
+    assert all(g <= max(5 * e, floor) for g, e in zip(got, eager)), (got, eager)
 
 
 @pytest.mark.parametrize("codegen", BOTH)
@@ -283,3 +283,20 @@ def test_long_cancelling_sums_are_as_accurate_as_eager(codegen):
         want = fn(a.double())
         ratios.append((compiled(a).double() - want).abs().item() / max((fn(a).double() - want).abs().item(), 1e-12))
     assert sorted(ratios)[3] <= 2, ratios
+
+
+@pytest.mark.parametrize("codegen", BOTH)
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_sum_over_short_innermost_runs_is_as_accurate_as_eager(codegen, dynamic):
+    """C++: the vector lanes join the accumulator after each run of the innermost reduction dim, so 11 x 11
+    runs of 16 positive values were one chain of 121 partials (reductions shorter than a sum block had no
+    blocks): the mean erred 6e-7 against eager's 8.8e-9 (1.9e-6 vs 2.9e-8 in the fuzz program, whose sin() of
+    it near pi made it 60x eager's error). Now blocks of 16 runs (render.INNER_RUNS): static 8.8e-9 (eager's),
+    dynamic 1.4e-7, its blocks cut elsewhere (1.5 ulps of the mean; so the floor here is 2.5e-7, under the
+    6e-7 before).
+    Fuzz: seed 164 index 2049 (cpp, dynamic shapes)."""
+    def fn(a):
+        v = torch.minimum(torch.logsumexp(a, -2), a)
+        return (2.5 - v).mean(), (2.5 - v).sum((0, 1))
+    a = torch.rand(11, 1, 16, generator=torch.Generator().manual_seed(0)) * 4 - 2
+    _assert_sums_as_accurate_as_eager(fn, [a], codegen, dynamic, floor=2.5e-7)
