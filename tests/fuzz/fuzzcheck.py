@@ -378,14 +378,40 @@ def float64_error_estimate(shadow_out, ref) -> float:
     return eager_error(shadow_out.detach(), ref.detach()) * F64_PER_F32
 
 
+# Eager splits a long reduction over its threads (one chunk each, the chunks' sums combined): run at other
+# thread counts it sums in other orders, each an equally legitimate float32 evaluation. A sum of 849509
+# values that cancels to ~30 was 1.5e-5 off at 1 and 2 threads, 2.6e-4 at 3 and 1.4e-4 at 4; fuse_all's
+# 9.5e-4 (its own typical error: median 3.0e-4 over 16 inputs, eager's 2.3e-4) was flagged against the lucky
+# samples (fuzz seed 164 index 111). Short reductions run on one thread at any count: nothing changes there.
+OTHER_THREAD_COUNTS = (3, 4)
+
+
+def _threads_run(fn_eager, inputs, ref, threads: int):
+    """(eager outputs at `threads` threads, `ref`), or None where the program does not run so."""
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        with torch.no_grad():
+            outs = fn_eager(*[_clone(x) for x in inputs])
+    except Exception:  # noqa: BLE001 - a further measure of eager's error is optional
+        return None
+    finally:
+        torch.set_num_threads(old)
+    return pytree.tree_leaves(outs), pytree.tree_leaves(ref)
+
+
 def eager_errors(fn_eager, fn_ref, calls, eager, refs) -> list:
     """Per output, eager's largest error over the program's calls, on the real and on nudged inputs. One
     call's error on a small output is a single sample of eager's rounding and can be 0 by luck: the
     float32 sum of an instance norm of 3584 elements, whose float64 value is 1.7e-13, was exactly 0.0 in
     eager on one call (on nudged inputs too), -1.6e-4 on the other, and fuse_all's -5.9e-5 was flagged
     as 3.4e8 x eager's error (fuzz seed 124 index 489). The calls run the same statements on other shapes
-    and values, so their errors measure the same computation's rounding."""
+    and values, so their errors measure the same computation's rounding; so do runs at other thread counts
+    (`OTHER_THREAD_COUNTS`)."""
     runs = list(zip(eager, refs)) + [run for run in (_nudged_run(fn_eager, fn_ref, ins) for ins in calls) if run]
+    current = torch.get_num_threads()
+    runs += [run for run in (_threads_run(fn_eager, calls[0], refs[0], t) for t in OTHER_THREAD_COUNTS
+                             if t != current) if run]
     shadows = [(run[1], r) for run, r in ((_float32_run(fn_eager, ins), r) for ins, r in zip(calls, refs)) if run]
     errs = []
     for i in range(len(pytree.tree_leaves(eager[0]))):

@@ -283,3 +283,30 @@ def test_traced_layout_is_the_graphs_where_the_python_meta_functions_differ_from
     res = fuzzcheck.run_program(prog, codegen, "fuse_all")
     assert res.invalid is None, res.invalid
     assert [(f.kind, f.detail) for f in res.findings] == []
+
+
+def test_eager_errors_include_other_thread_counts():
+    """Fuzz seed 164 index 111: `(a0.sin() * 2 + a0).sum(-1)` over 849509 values in [-2, 2] cancels to ~30;
+    eager at 1-2 threads was 1.5e-5 off (its luck: 1.4e-4 to 2.6e-4 at 3 and 4 threads, 2.3e-4 typical), so
+    fuse_all's 9.5e-4 was flagged. Eager's error now includes runs at other thread counts, which split the
+    sum into other chunks."""
+    prog = fuzzgen.generate(164, 111, dynamic_frac=0.3, train_frac=0.3, big_frac=0.02, huge_frac=0.1,
+                            half_frac=0.0, max_numel=fuzzgen.MAX_NUMEL)
+    assert "sum(-1)" in prog.source() and list(prog.inputs[0].shapes[0]) == [849509]
+    fn_eager, fn_ref = fuzzcheck.build(prog.source()), fuzzcheck.build(prog.source(), reference=True)
+    calls = [[x.detach() for x in fuzzcheck.inputs_for(prog, c)] for c in range(prog.calls)]
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        eager = [fn_eager(*ins) for ins in calls]
+        torch.set_default_dtype(torch.float64)
+        try:
+            refs = [fn_ref(*[x.double() for x in ins]) for ins in calls]
+        finally:
+            torch.set_default_dtype(torch.float32)
+        lucky = fuzzcheck.eager_error(eager[0][0], refs[0][0])
+        errs = fuzzcheck.eager_errors(fn_eager, fn_ref, calls, eager, refs)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.get_num_threads() == old
+    assert lucky < 1e-6 and errs[0] > 3e-6, (lucky, errs)
