@@ -160,7 +160,7 @@ def attach(call, graph, record, opts, host_source: str | None) -> Any:
         record_state=_record_state(record), cudagraphs=bool(opts.cudagraphs),
         static_input_indices=tuple(graph.static_input_indices),
         mutated_input_indices=tuple(graph.mutated_input_indices),
-        not_cacheable=record.fallback_reason)
+        not_cacheable=record.fallback_reason or _specialised_sizes(graph.example_inputs))
     code._call = call
     try:
         call.__wrapped__ = code
@@ -171,6 +171,20 @@ def attach(call, graph, record, opts, host_source: str | None) -> Any:
         boxed._boxed_call = True
         boxed.__wrapped__ = code
         return boxed
+
+
+def _specialised_sizes(example_inputs: list) -> str | None:
+    """Why a graph must not be stored: a size of its inputs that Dynamo traced as a symbol was specialised
+    to a constant while tracing. The graph's text keeps the symbol, so torch's key is that of the same graph
+    traced without the specialisation, whose guards do not cover it: a later recompile of the function for
+    another value of that size was served this program (fuzz seed 166 index 1203: an output dim computed
+    as 7 - 1 for an input whose size was 5)."""
+    import torch
+    for x in example_inputs:
+        sizes = [x] if isinstance(x, torch.SymInt) else [*x.shape, *x.stride()] if isinstance(x, torch.Tensor) else []
+        if any(isinstance(s, torch.SymInt) and s.node.expr.is_number for s in sizes):
+            return "an input size symbol was specialised while tracing (torch's cache key cannot tell)"
+    return None
 
 
 def load(code, example_inputs: list):
